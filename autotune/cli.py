@@ -1,0 +1,206 @@
+"""Command line: autotune tune | best | show | ops | train-model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections import Counter
+from pathlib import Path
+
+from .errors import AutotuneError
+
+EXAMPLE_SHAPES = {
+    "matmul": "M=1024,N=1024,K=1024",
+    "dense": "batch=128,in_features=768,out_features=3072",
+    "batch_matmul": "B=12,M=128,N=128,K=64",
+    "conv2d": "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1",
+    "depthwise_conv2d": "N=1,C=144,H=56,W=56,R=3,S=3,stride=1,padding=1",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="autotune", description="Tune tensor operators with TVM 0.27.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("tune", help="tune one operator")
+    t.add_argument("op", help="operator (see `autotune ops`)")
+    t.add_argument("--shape", required=True, help="shape parameters, e.g. M=1024,N=1024,K=1024")
+    t.add_argument("--dtype", default="float32")
+    t.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, or a JSON target dict")
+    t.add_argument("--arch", help="CUDA arch, e.g. sm_90")
+    t.add_argument("--trials", type=int, default=200, help="configs to measure in total (a resumed log counts)")
+    t.add_argument("--tuner", default="xgb", help="random | grid | xgb (default)")
+    t.add_argument("--log", help="log file (default: logs/<task_key>.jsonl); re-running resumes it")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--early-stopping", type=int, help="stop after N trials without improvement")
+    t.add_argument("--batch-size", type=int, default=16, help="configs built and measured per round")
+    t.add_argument("--template", help="template reference module:attr (default: the operator's own)")
+    t.add_argument("--threads", type=int, default=0, help="kernel threads (default: every core)")
+    t.add_argument("--timeout", type=float, default=10.0, help="seconds per candidate run (load+check+time)")
+    t.add_argument("--build-timeout", type=float, default=60.0, help="seconds per candidate build")
+    t.add_argument("--repeat", type=int, default=3)
+    t.add_argument("--min-repeat-ms", type=float, default=100.0)
+    t.add_argument("--cache-flush", action="store_true", help="flush the CPU cache before each timed run")
+    t.add_argument("--features", default="loop", choices=["loop", "knob"], help="xgb: cost model features")
+    t.add_argument("--transfer", nargs="*", metavar="LOG",
+                   help="xgb: logs of other tasks to pre-train on (default: other logs beside --log); "
+                        "give no LOG to disable")
+    t.add_argument("--cost-model", help="xgb: start from a saved model (autotune train-model)")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    b = sub.add_parser("best", help="best valid config per task in logs")
+    b.add_argument("logs", nargs="+")
+    b.add_argument("--json", action="store_true", help="one JSON object per task")
+
+    s = sub.add_parser("show", help="summary of logs: records, errors by kind, best GFLOPS")
+    s.add_argument("logs", nargs="+")
+
+    sub.add_parser("ops", help="list operators, their parameters and space sizes")
+
+    m = sub.add_parser("train-model", help="train a cost model on logs and save it")
+    m.add_argument("logs", nargs="+")
+    m.add_argument("-o", "--output", required=True)
+    m.add_argument("--features", default="loop", choices=["loop", "knob"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    warnings.simplefilter("ignore", FutureWarning)
+    try:
+        return COMMANDS[args.command](args)
+    except AutotuneError as err:
+        print(f"autotune: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autotune: interrupted; every finished measurement is in the log; re-run the same command to resume",
+              file=sys.stderr)
+        return 130
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .measure import RunnerOptions
+    from .progress import ProgressBar
+    from .task import make_task
+    from .tune import default_log_path, tune
+    from .tuners import get_tuner_class
+
+    task = make_task(args.op, args.shape, args.dtype, args.target, arch=args.arch)
+    get_tuner_class(args.tuner)  # validate before any work
+    if args.trials < 1:
+        raise AutotuneError("--trials must be >= 1")
+    log = Path(args.log) if args.log else default_log_path(task)
+    options = {}
+    if args.tuner == "xgb":
+        from .transfer import transfer_records
+
+        options = {"features": args.features, "cost_model": args.cost_model,
+                   "transfer": transfer_records(task, log, args.transfer)}
+    runner = RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
+                           min_repeat_ms=args.min_repeat_ms, cache_flush=args.cache_flush)
+    print(f"tuning {task}  key={task.key}  log={log}", file=sys.stderr)
+    with ProgressBar(args.trials, task, enabled=not args.quiet) as bar:
+        result = tune(task, trials=args.trials, tuner=args.tuner, log=log, seed=args.seed,
+                      early_stopping=args.early_stopping, batch_size=args.batch_size, template=args.template,
+                      tuner_options=options, runner_options=runner, progress=bar.update,
+                      build_timeout=args.build_timeout)
+    if result.resumed:
+        print(f"resumed {result.resumed} records from {log}", file=sys.stderr)
+    if result.stopped:
+        print(f"stopped early: {result.stopped}", file=sys.stderr)
+    best = result.best
+    if best is None:
+        print(f"no valid config among {len(result.records)} trials ({result.errors} errors)")
+        return 1
+    print(f"best: {best.gflops():.1f} GFLOPS ({best.result.mean_s * 1e3:.4f} ms) config #{best.input.config.index} "
+          f"{json.dumps(best.input.config.to_dict()['knobs'])}")
+    print(f"{len(result.records)} trials, {result.errors} errors; log: {log}")
+    return 0
+
+
+def _load(paths: list[str]):
+    from .records import LogReadStats, load_records
+
+    for p in paths:
+        if not Path(p).is_file():
+            raise AutotuneError(f"log {p} does not exist or is not a file")
+    stats = LogReadStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = load_records(paths, stats)
+    if stats.skipped:
+        print(f"warning: skipped {stats.skipped} corrupt line(s)", file=sys.stderr)
+    return records, stats
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from .records import best_record, by_task
+
+    records, _ = _load(args.logs)
+    for key, recs in by_task(records).items():
+        best = best_record(recs)
+        if best is None:
+            if not args.json:
+                print(f"{key}: no valid record ({len(recs)} records)")
+            continue
+        row = {"task_key": key, "op": best.task.op, "params": best.task.shape, "dtype": best.task.dtype,
+               "target": best.task.target, "template": best.input.template, "config": best.input.config.to_dict(),
+               "mean_s": best.result.mean_s, "gflops": round(best.gflops(), 3), "threads": best.threads}
+        if args.json:
+            print(json.dumps(row))
+        else:
+            print(f"{key}  {best.task}  {row['gflops']:.1f} GFLOPS  {best.result.mean_s * 1e3:.4f} ms  "
+                  f"config #{best.input.config.index} {json.dumps(row['config']['knobs'])}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .records import best_record, by_task
+
+    records, stats = _load(args.logs)
+    print(f"{stats.records} records, {stats.skipped} corrupt lines skipped")
+    for key, recs in by_task(records).items():
+        errors = Counter(r.result.error.value for r in recs if not r.result.ok)
+        best = best_record(recs)
+        best_txt = f"{best.gflops():.1f} GFLOPS ({best.result.mean_s * 1e3:.4f} ms)" if best else "none valid"
+        err_txt = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
+        print(f"{key}  {recs[0].task}\n  records={len(recs)} valid={len(recs) - sum(errors.values())} "
+              f"errors: {err_txt}\n  best: {best_txt}  threads={best.threads if best else '-'}")
+    return 0
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    import search_spaces
+
+    from .ops import OPS
+    from .task import make_task
+
+    for name, op in OPS.items():
+        print(f"{name}: {op.doc}\n  parameters: {op.signature()}")
+        task = make_task(name, EXAMPLE_SHAPES[name])
+        for kind in ("llvm", "cuda"):
+            ref = search_spaces.DEFAULT_TEMPLATES.get((name, kind))
+            if ref:
+                space = search_spaces.resolve(ref).define_space(task)
+                print(f"  {kind} template {ref}: {len(space):,} configs for {EXAMPLE_SHAPES[name]}")
+    return 0
+
+
+def cmd_train_model(args: argparse.Namespace) -> int:
+    from cost_models import train_from_records
+
+    records, _ = _load(args.logs)
+    if not any(r.result.ok for r in records):
+        raise AutotuneError("no valid record to train on")
+    model = train_from_records(records, features=args.features)
+    model.save(args.output)
+    print(f"trained on {len(records)} records of {len({r.task.key for r in records})} tasks; saved {args.output}")
+    return 0
+
+
+COMMANDS = {"tune": cmd_tune, "best": cmd_best, "show": cmd_show, "ops": cmd_ops, "train-model": cmd_train_model}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Compile the best config of a task from a log into a kernel callable on numpy arrays."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import AutotuneError
+from .records import Record, best_record, load_records
+from .space import Config
+from .target import to_tvm_target
+from .task import Task
+
+
+@dataclass
+class Kernel:
+    """A compiled kernel: call it on numpy inputs, time it with `time`."""
+
+    task: Task
+    config: Config | None
+    record: Record | None
+    executable: Any
+
+    def _args(self, inputs: Sequence[np.ndarray]):
+        import tvm
+
+        shapes = self.task.opdef.input_shapes(self.task.shape)
+        if len(inputs) != len(shapes) or any(tuple(a.shape) != s for a, s in zip(inputs, shapes)):
+            raise AutotuneError(f"{self.task.op} expects inputs of shapes {shapes}, got "
+                                f"{[tuple(a.shape) for a in inputs]}")
+        dev = tvm.cpu(0)
+        out = tvm.runtime.empty(self.task.opdef.output_shape(self.task.shape), self.task.dtype, dev)
+        return [tvm.runtime.tensor(np.ascontiguousarray(a, dtype=self.task.dtype), dev) for a in inputs] + [out]
+
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        args = self._args(inputs)
+        self.executable(*args)
+        return args[-1].numpy()
+
+    def time(self, *inputs: np.ndarray, repeat: int = 5, min_repeat_ms: float = 200) -> list[float]:
+        """Seconds per call, one value per repeat (threads: TVM_NUM_THREADS of this process)."""
+        import tvm
+
+        timer = self.executable.mod.time_evaluator("main", tvm.cpu(0), number=1, repeat=repeat,
+                                                   min_repeat_ms=min_repeat_ms)
+        return list(timer(*self._args(inputs)).results)
+
+
+def compile_config(task: Task, config_index: int | None, template_ref: str | None = None) -> Kernel:
+    """Compile one config of the task's template (None: the unscheduled default)."""
+    import tvm
+
+    import search_spaces
+
+    if config_index is None:
+        mod, cfg = search_spaces.prim_func(task), None
+    else:
+        tmpl = search_spaces.resolve(template_ref or search_spaces.default_template_ref(task.op, task.target_kind))
+        cfg = tmpl.define_space(task).get(config_index)
+        mod = tmpl.apply(task, cfg).mod
+    return Kernel(task, cfg, None, tvm.compile(mod, target=to_tvm_target(task.target)))
+
+
+def build_best(log: str | os.PathLike | Sequence[str | os.PathLike], task: Task) -> Kernel:
+    """The best valid config of `task` in the log(s), compiled."""
+    best = best_record(r for r in load_records(log) if r.task.key == task.key)
+    if best is None:
+        raise AutotuneError(f"no valid record for {task} (key {task.key}) in {log}")
+    kernel = compile_config(task, best.input.config.index, best.input.template)
+    kernel.record = best
+    return kernel

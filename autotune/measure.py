@@ -1,0 +1,103 @@
+"""Builder and runner: compile candidates in parallel isolated processes, then time them
+one at a time in an isolated runner process, with timeouts and a correctness check."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from . import measure_worker
+from .measure_types import BuildResult, ErrorKind, MeasureInput, MeasureResult
+from .records import now
+from .target import host_cores
+from .workers import CallResult, Worker, WorkerPool
+
+
+class Builder(Protocol):
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]: ...
+    def close(self) -> None: ...
+
+
+class Runner(Protocol):
+    threads: int
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]: ...
+    def close(self) -> None: ...
+
+
+class LocalBuilder:
+    """Builds in `workers` processes; a build over `timeout` seconds is COMPILE_TIMEOUT."""
+
+    def __init__(self, workers: int | None = None, timeout: float = 60.0):
+        self.timeout = timeout
+        self._pool = WorkerPool(workers or host_cores())
+        self._dir = Path(tempfile.mkdtemp(prefix="autotune-build-"))
+        self._count = 0
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        args = []
+        for inp in inputs:
+            self._count += 1
+            args.append((inp.task, inp.config.index, inp.template, str(self._dir / f"cand{self._count}.so")))
+        return [_to_build_result(c) for c in self._pool.map(measure_worker.build, args, self.timeout)]
+
+    def close(self) -> None:
+        self._pool.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _to_build_result(call: CallResult) -> BuildResult:
+    if call.status == "timeout":
+        return BuildResult(None, ErrorKind.COMPILE_TIMEOUT, call.message, 0.0)
+    if call.status != "ok":
+        return BuildResult(None, ErrorKind.COMPILE_ERROR, call.message[:500], 0.0)
+    kind, message, build_s = call.value
+    if kind is None:
+        return BuildResult(message, None, "", build_s)
+    return BuildResult(None, ErrorKind(kind), message, build_s)
+
+
+@dataclass
+class RunnerOptions:
+    threads: int = 0            # kernel threads; 0 = every core
+    timeout: float = 10.0       # per candidate: load + check + timing
+    repeat: int = 3
+    min_repeat_ms: float = 100.0
+    cache_flush: bool = False
+
+
+class LocalRunner:
+    """Times kernels one at a time in one isolated process (nothing else runs while it times)."""
+
+    def __init__(self, options: RunnerOptions | None = None):
+        self.options = options or RunnerOptions()
+        self.threads = self.options.threads or host_cores()
+        self._worker = Worker({"TVM_NUM_THREADS": str(self.threads), "OMP_NUM_THREADS": "1"})
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        o = self.options
+        results = []
+        for inp, b in zip(inputs, builds):
+            if b.error is not None:
+                results.append(MeasureResult(None, b.error, b.message, b.build_s, now()))
+                continue
+            call = self._worker.call(measure_worker.run, (b.artifact, inp.task, o.repeat, o.min_repeat_ms,
+                                                          o.cache_flush), o.timeout)
+            results.append(_to_measure_result(call, b.build_s))
+        return results
+
+    def close(self) -> None:
+        self._worker.close()
+
+
+def _to_measure_result(call: CallResult, build_s: float) -> MeasureResult:
+    if call.status == "timeout":
+        return MeasureResult(None, ErrorKind.RUN_TIMEOUT, call.message, build_s, now())
+    if call.status != "ok":
+        return MeasureResult(None, ErrorKind.RUNTIME_ERROR, call.message[:500], build_s, now())
+    kind, message, costs = call.value
+    if kind is None:
+        return MeasureResult(tuple(costs), None, "", build_s, now())
+    return MeasureResult(None, ErrorKind(kind), message, build_s, now())

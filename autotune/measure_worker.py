@@ -1,0 +1,81 @@
+"""What runs inside builder and runner processes: build one candidate, time one kernel.
+
+Functions here return plain tuples `(error_kind_value | None, message, payload)` so the
+parent never has to parse exception text to classify a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+from .ops import check_output, random_inputs, reduction_size
+from .task import Task
+
+INPUT_SEED = 0
+
+
+@functools.lru_cache(maxsize=64)
+def _template_and_space(task: Task, template_ref: str):
+    import search_spaces
+
+    template = search_spaces.resolve(template_ref)
+    return template, template.define_space(task)
+
+
+def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str | None, str, float]:
+    """Schedule config `index` of the task's space and export a shared library to out_path."""
+    import tvm
+
+    from .target import to_tvm_target
+
+    t0 = time.perf_counter()
+    template, space = _template_and_space(task, template_ref)
+    try:
+        sch = template.apply(task, space.get(index))
+        mod = sch.mod
+    except Exception as err:  # the template rejected this config
+        return "invalid_config", f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}", 0.0
+    try:
+        tvm.compile(mod, target=to_tvm_target(task.target)).export_library(out_path)
+    except Exception as err:
+        return "compile_error", f"{type(err).__name__}: {str(err).strip()[-500:]}", time.perf_counter() - t0
+    return None, out_path, time.perf_counter() - t0
+
+
+@functools.lru_cache(maxsize=4)
+def _reference(task: Task) -> tuple[list[np.ndarray], np.ndarray]:
+    inputs = random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED)
+    return inputs, task.opdef.reference(task.shape, inputs)
+
+
+def run(artifact: str, task: Task, repeat: int, min_repeat_ms: float,
+        cache_flush: bool) -> tuple[str | None, str, list[float]]:
+    """Load a kernel, check it against the numpy reference, then time it (seconds per call)."""
+    import tvm
+
+    try:
+        lib = tvm.runtime.load_module(artifact)
+        dev = tvm.cpu(0)
+        inputs, ref = _reference(task)
+        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        out = tvm.runtime.empty(ref.shape, task.dtype, dev)
+        out.copyfrom(np.full(ref.shape, np.nan, dtype=task.dtype))  # stale output must not pass the check
+        lib["main"](*args, out)
+    except Exception as err:
+        return "runtime_error", f"{type(err).__name__}: {str(err).strip()[-500:]}", []
+    problem = check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape))
+    if problem:
+        return "wrong_answer", problem, []
+    timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=int(min_repeat_ms),
+                               f_preproc="cache_flush_cpu_non_first_arg" if cache_flush else "")
+    return None, "", [float(x) for x in timer(*args, out).results]
+
+
+def runtime_threads() -> int:
+    """How many threads TVM's runtime uses in this process (for tests and records)."""
+    import tvm
+
+    return int(tvm.runtime.num_threads())

@@ -1,0 +1,159 @@
+"""The tuning log: one JSON object per line, appended and flushed per record.
+
+A crash, Ctrl-C or kill -9 can at worst leave one partial last line; the writer starts a
+new line after it, and the reader skips it with a warning and a count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .errors import AutotuneError
+from .measure_types import ErrorKind, MeasureInput, MeasureResult
+from .space import Config
+from .task import Task
+
+LOG_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    input: MeasureInput
+    result: MeasureResult
+    template_version: str
+    threads: int
+    versions: dict[str, str] = field(hash=False, compare=False)
+
+    @property
+    def task(self) -> Task:
+        return self.input.task
+
+    def gflops(self) -> float:
+        return self.task.flops / self.result.mean_s / 1e9 if self.result.ok else 0.0
+
+    def to_json(self) -> str:
+        res = self.result
+        result: dict[str, Any] = ({"costs": list(res.costs)} if res.ok
+                                  else {"error": res.error.value, "message": res.message})
+        result.update(build_s=round(res.build_s, 4), timestamp=res.timestamp)
+        return json.dumps({
+            "format": LOG_FORMAT,
+            "task_key": self.task.key,
+            "task": self.task.to_dict(),
+            "template": {"ref": self.input.template, "version": self.template_version},
+            "config": self.input.config.to_dict(),
+            "result": result,
+            "threads": self.threads,
+            "versions": self.versions,
+        }, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> Record:
+        d = json.loads(line)
+        task = Task.from_dict(d["task"])
+        cfg = d["config"]
+        knobs = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg["knobs"].items()}
+        r = d["result"]
+        if "costs" in r:
+            result = MeasureResult(tuple(float(c) for c in r["costs"]), None, "", r.get("build_s", 0.0), r["timestamp"])
+        else:
+            result = MeasureResult(None, ErrorKind(r["error"]), r.get("message", ""), r.get("build_s", 0.0),
+                                   r["timestamp"])
+        return cls(MeasureInput(task, Config(int(cfg["index"]), knobs), d["template"]["ref"]), result,
+                   d["template"]["version"], int(d.get("threads", 0)), d.get("versions", {}))
+
+
+@dataclass
+class LogReadStats:
+    records: int = 0
+    skipped: int = 0
+
+
+def iter_records(path: str | os.PathLike, stats: LogReadStats | None = None) -> Iterator[Record]:
+    """Records of a log, in order; corrupt or truncated lines are skipped and counted."""
+    stats = stats if stats is not None else LogReadStats()
+    p = Path(path)
+    try:
+        fh = p.open("r", encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise AutotuneError(f"cannot read log {p}: {err.strerror}") from None
+    with fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = Record.from_json(line)
+            except Exception as err:  # any malformed line: skip it, never fail on it
+                stats.skipped += 1
+                warnings.warn(f"{p}:{lineno}: skipped corrupt record ({type(err).__name__})", stacklevel=2)
+                continue
+            stats.records += 1
+            yield rec
+
+
+def load_records(paths: str | os.PathLike | Iterable[str | os.PathLike],
+                 stats: LogReadStats | None = None) -> list[Record]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[Record] = []
+    for p in paths:
+        if Path(p).is_dir():
+            raise AutotuneError(f"{p} is a directory, not a log file")
+        out.extend(iter_records(p, stats))
+    return out
+
+
+class LogWriter:
+    """Appends records; each line is written whole and flushed (and fsynced) before the next."""
+
+    def __init__(self, path: str | os.PathLike, fsync: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fsync = fsync
+        self._fh = self.path.open("ab")
+        # A previous run killed mid-write may have left a partial line: never glue onto it.
+        if self._fh.tell() > 0:
+            with self.path.open("rb") as rfh:
+                rfh.seek(-1, os.SEEK_END)
+                if rfh.read(1) != b"\n":
+                    self._fh.write(b"\n")
+
+    def write(self, record: Record) -> None:
+        self._fh.write(record.to_json().encode() + b"\n")
+        self._fh.flush()
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def best_record(records: Iterable[Record]) -> Record | None:
+    """The fastest valid record (WRONG_ANSWER and every other error never count)."""
+    valid = [r for r in records if r.result.ok]
+    return min(valid, key=lambda r: r.result.mean_s) if valid else None
+
+
+def by_task(records: Iterable[Record]) -> dict[str, list[Record]]:
+    out: dict[str, list[Record]] = {}
+    for r in records:
+        out.setdefault(r.task.key, []).append(r)
+    return out
+
+
+def now() -> float:
+    return round(time.time(), 3)

@@ -1,0 +1,168 @@
+"""Knobs, config spaces and configs: the vocabulary schedule templates are written in.
+
+A space is an ordered list of knobs, each with a finite list of candidate values. A config
+is a mixed-radix index into the space (the first knob varies slowest) and back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A named list of candidate values. `kind` is split / reorder / annotate / choice."""
+
+    name: str
+    kind: str
+    candidates: tuple[Any, ...]
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def numeric(self, value: Any) -> list[float]:
+        """Numbers describing a value, for knob features of the cost model."""
+        if self.kind == "split":
+            return [math.log2(f) for f in value]
+        if self.kind == "reorder":
+            return [float(v) for v in value]
+        return [float(self.candidates.index(value))]
+
+
+def _factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
+    if parts == 1:
+        return [(n,)]
+    out = []
+    for d in range(1, n + 1):
+        if n % d == 0:
+            out += [(n // d,) + rest for rest in _factorizations(d, parts - 1)]
+    return out
+
+
+def split_knob(name: str, extent: int, parts: int, policy: str = "factors",
+               max_inner: int | None = None, inner_candidates: Iterable[int] | None = None) -> Knob:
+    """Tile an axis of `extent` into `parts` loops (outermost first).
+
+    policy "factors": every exact factorisation (product == extent);
+    policy "power2": inner factors are powers of two, the outer loop is ceil(extent / inner)
+    (templates must then handle the tail, e.g. with a predicate from split);
+    `max_inner` bounds the product of the inner factors; `inner_candidates` restricts the
+    innermost factor (e.g. multiples of the vector width).
+    """
+    if policy == "factors":
+        cands = _factorizations(extent, parts)
+    elif policy == "power2":
+        pows = [2 ** i for i in range(int(math.log2(max(extent, 1))) + 1)]
+        cands = [(math.ceil(extent / math.prod(inner)),) + inner for inner in itertools.product(pows, repeat=parts - 1)
+                 if math.prod(inner) <= extent]
+    else:
+        raise ValueError(f"unknown split policy {policy!r}")
+    if max_inner is not None:
+        cands = [c for c in cands if math.prod(c[1:]) <= max_inner]
+    if inner_candidates is not None:
+        allowed = set(inner_candidates)
+        cands = [c for c in cands if c[-1] in allowed] or cands
+    return Knob(name, "split", tuple(cands))
+
+
+def reorder_knob(name: str, orders: Sequence[Sequence[int]]) -> Knob:
+    """Candidate loop orders, each a permutation given as indices."""
+    return Knob(name, "reorder", tuple(tuple(o) for o in orders))
+
+
+def annotate_knob(name: str, choices: Sequence[str]) -> Knob:
+    """Annotation choices for a loop, e.g. ("none", "unroll", "vectorize")."""
+    return Knob(name, "annotate", tuple(choices))
+
+
+def choice_knob(name: str, values: Sequence[Any]) -> Knob:
+    """A free list of values, e.g. auto_unroll_max_step in (0, 16, 64, 512)."""
+    return Knob(name, "choice", tuple(values))
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a space: its index and the value of every knob."""
+
+    index: int
+    knobs: dict[str, Any] = field(hash=False, compare=False)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.knobs[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "knobs": {k: list(v) if isinstance(v, tuple) else v for k, v in self.knobs.items()}}
+
+
+@dataclass(frozen=True)
+class ConfigSpace:
+    knobs: tuple[Knob, ...]
+
+    @property
+    def dims(self) -> list[int]:
+        return [len(k) for k in self.knobs]
+
+    def __len__(self) -> int:
+        return math.prod(self.dims)
+
+    def __getitem__(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    def digits(self, index: int) -> list[int]:
+        """Mixed-radix digits of `index`, first knob most significant."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"config index {index} outside space of size {len(self)}")
+        out = []
+        for dim in reversed(self.dims):
+            index, d = divmod(index, dim)
+            out.append(d)
+        return out[::-1]
+
+    def index_of(self, digits: Sequence[int]) -> int:
+        index = 0
+        for d, dim in zip(digits, self.dims):
+            index = index * dim + int(d)
+        return index
+
+    def get(self, index: int) -> Config:
+        index = int(index)
+        return Config(index, {k.name: k.candidates[d] for k, d in zip(self.knobs, self.digits(index))})
+
+    def sample(self, rng: np.random.Generator, n: int, exclude: set[int] = frozenset()) -> list[int]:
+        """Up to n distinct random indices not in `exclude`."""
+        size = len(self)
+        n = min(n, size - len(exclude))
+        out: set[int] = set()
+        tries = 0
+        while len(out) < n and tries < 50 * n + 100:
+            tries += 1
+            i = int(rng.integers(size)) if size < 2**63 else int(rng.random() * size)
+            if i not in exclude:
+                out.add(i)
+        return sorted(out)
+
+    def neighbour(self, index: int, rng: np.random.Generator) -> int:
+        """Change one knob to another random value (a step of simulated annealing)."""
+        digits = self.digits(index)
+        movable = [i for i, dim in enumerate(self.dims) if dim > 1]
+        if not movable:
+            return index
+        i = movable[int(rng.integers(len(movable)))]
+        digits[i] = (digits[i] + 1 + int(rng.integers(self.dims[i] - 1))) % self.dims[i]
+        return self.index_of(digits)
+
+    def knob_features(self, index: int) -> list[float]:
+        """Fixed-length numeric description of a config (the cheap `knob` features)."""
+        cfg = self.get(index)
+        return [x for k in self.knobs for x in k.numeric(cfg[k.name])]
+
+    def describe(self) -> str:
+        return " x ".join(f"{k.name}:{len(k)}" for k in self.knobs) + f" = {len(self)}"

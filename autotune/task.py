@@ -1,0 +1,84 @@
+"""Task: an operator with concrete shape parameters, dtype and target; a stable key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import AutotuneError
+from .ops import OpDef, Params, get_op
+from .target import parse_target
+
+DTYPES = ("float32",)
+
+
+@dataclass(frozen=True)
+class Task:
+    op: str
+    params: tuple[tuple[str, int], ...]  # in the operator's parameter order
+    dtype: str
+    target_json: str  # canonical JSON of the target dict (hashable, stable)
+
+    @property
+    def shape(self) -> Params:
+        return dict(self.params)
+
+    @property
+    def target(self) -> dict[str, Any]:
+        return json.loads(self.target_json)
+
+    @property
+    def target_kind(self) -> str:
+        return self.target["kind"]
+
+    @property
+    def opdef(self) -> OpDef:
+        return get_op(self.op)
+
+    @property
+    def flops(self) -> float:
+        return float(self.opdef.flops(self.shape))
+
+    @property
+    def key(self) -> str:
+        """Same task -> same key, in every process and on every machine with the same target."""
+        digest = hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.op}-{digest}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "params": self.shape, "dtype": self.dtype, "target": self.target}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Task:
+        return make_task(d["op"], d["params"], d.get("dtype", "float32"), d["target"])
+
+    def __str__(self) -> str:
+        shape = ",".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.op}({shape}) {self.dtype} {self.target_kind}"
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """`M=1024,N=512` -> {"M": 1024, "N": 512}."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, eq, value = part.partition("=")
+        if not eq:
+            raise AutotuneError(f"bad shape item {part!r}: expected name=value, e.g. M=1024")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise AutotuneError(f"bad shape value {part!r}: {value!r} is not an integer") from None
+    return out
+
+
+def make_task(op: str, shape: dict[str, int] | str, dtype: str = "float32",
+              target: str | dict[str, Any] = "llvm", arch: str | None = None) -> Task:
+    """Validate everything and build a Task; raises AutotuneError with a one-line reason."""
+    opdef = get_op(op)
+    params = opdef.complete(parse_shape(shape) if isinstance(shape, str) else dict(shape))
+    if dtype not in DTYPES:
+        raise AutotuneError(f"unsupported dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+    tgt = parse_target(target, arch=arch)
+    return Task(op, tuple((p, params[p]) for p in opdef.params), dtype, json.dumps(tgt, sort_keys=True))

@@ -1,0 +1,110 @@
+"""The tuning loop: one loop for every tuner, resumable from its log."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import AutotuneError
+from .measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions
+from .measure_types import MeasureInput
+from .records import LogReadStats, LogWriter, Record, best_record, iter_records
+from .task import Task
+from .tuners import get_tuner_class
+from .version import versions
+
+
+@dataclass
+class TuneResult:
+    task: Task
+    log: Path
+    records: list[Record] = field(default_factory=list)  # this task's records, resumed ones first
+    resumed: int = 0
+    stopped: str = ""  # why the loop ended early, if it did
+
+    @property
+    def best(self) -> Record | None:
+        return best_record(self.records)
+
+    @property
+    def errors(self) -> int:
+        return sum(not r.result.ok for r in self.records)
+
+
+def default_log_path(task: Task) -> Path:
+    return Path("logs") / f"{task.key}.jsonl"
+
+
+def resumable_records(log: Path, task: Task, template_ref: str, template_version: str) -> list[Record]:
+    """Records of this task made by this exact template (an edited template changes what an index means)."""
+    return [r for r in iter_records(log, LogReadStats())
+            if r.task.key == task.key and r.input.template == template_ref and r.template_version == template_version]
+
+
+def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path | None = None, seed: int = 0,
+         early_stopping: int | None = None, batch_size: int = 16, template: str | None = None,
+         tuner_options: dict[str, Any] | None = None, runner_options: RunnerOptions | None = None,
+         builder: Builder | None = None, runner: Runner | None = None, build_timeout: float = 60.0,
+         progress: Callable[[TuneResult], None] | None = None) -> TuneResult:
+    """Tune `task` until `trials` configs have been measured (counting those already in `log`)."""
+    import search_spaces
+
+    template_ref = template or search_spaces.default_template_ref(task.op, task.target_kind)
+    tmpl = search_spaces.resolve(template_ref)
+    if tmpl.op != task.op or tmpl.target_kind != task.target_kind:
+        raise AutotuneError(f"template {template_ref} is for {tmpl.op}/{tmpl.target_kind}, not {task.op}/"
+                            f"{task.target_kind}")
+    if task.target_kind != "llvm" and runner is None:
+        raise AutotuneError(f"no local runner for target {task.target_kind!r} on this machine")
+    space = tmpl.define_space(task)
+    log_path = Path(log) if log else default_log_path(task)
+    result = TuneResult(task, log_path)
+    result.records = resumable_records(log_path, task, template_ref, tmpl.version)
+    result.resumed = len(result.records)
+    search = get_tuner_class(tuner)(task, space, template_ref, seed=seed, **(tuner_options or {}))
+    if result.records:
+        search.update([r.input for r in result.records], [r.result for r in result.records])
+    measured = {r.input.config.index for r in result.records}
+    own_builder, own_runner = builder is None, runner is None
+    builder = builder or LocalBuilder(timeout=build_timeout)
+    runner = runner or LocalRunner(runner_options)
+    best_at = _best_trial(result.records)
+    try:
+        with LogWriter(log_path) as writer:
+            while len(result.records) < min(trials, len(space)):
+                want = min(batch_size, trials - len(result.records))
+                batch = [i for i in search.next_batch(want) if i not in measured][:want]
+                if not batch:
+                    result.stopped = "search space exhausted"
+                    break
+                inputs = [MeasureInput(task, space.get(i), template_ref) for i in batch]
+                results = runner.run(inputs, builder.build(inputs))
+                for inp, res in zip(inputs, results):
+                    rec = Record(inp, res, tmpl.version, runner.threads, versions())
+                    writer.write(rec)
+                    result.records.append(rec)
+                    measured.add(inp.config.index)
+                search.update(inputs, results)
+                best_at = _best_trial(result.records)
+                if progress:
+                    progress(result)
+                if early_stopping and len(result.records) - best_at >= early_stopping:
+                    result.stopped = f"no improvement in {early_stopping} trials"
+                    break
+    finally:
+        if own_builder:
+            builder.close()
+        if own_runner:
+            runner.close()
+    return result
+
+
+def _best_trial(records: list[Record]) -> int:
+    """1-based trial number at which the current best was found (0 if none)."""
+    best, at = math.inf, 0
+    for i, r in enumerate(records, 1):
+        if r.result.ok and r.result.mean_s < best:
+            best, at = r.result.mean_s, i
+    return at

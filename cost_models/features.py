@@ -1,0 +1,168 @@
+"""Feature vectors of candidate configs: pooled loop-nest features of the scheduled TIR, or knob values.
+
+`loop` features mean the same thing for every operator and workload (one model trains on the
+records of many tasks); `knob` features are cheap but only comparable within one template.
+A config whose template `apply` raises gets a row of NaN (`valid_rows` tells them apart).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from autotune.space import ConfigSpace
+from autotune.target import host_cores
+from autotune.task import Task
+
+if TYPE_CHECKING:
+    from search_spaces.base import Template
+
+KINDS = ("loop", "knob")
+N_STORE_FEATURES = 164  # PerStoreFeature with its defaults (buffers_per_store=5, 10 curve samples)
+LOOP_DIM = 3 * N_STORE_FEATURES + 1
+_FLOAT_OPS = slice(0, 7)  # float_mad .. float_other_func
+_OUTER_PROD = 161  # product of the loop extents around the store
+EXTRACT_THREADS = min(2, host_cores())  # C++ extraction threads (1.5x on 2 cores; template apply holds the GIL)
+
+
+class FeatureCache:
+    """Rows already computed, per (task, template, kind) and config index; bounded per key (oldest evicted)."""
+
+    def __init__(self, max_rows_per_key: int = 200_000):
+        self.max_rows_per_key = max_rows_per_key
+        self._rows: dict[tuple[str, str, str, str], dict[int, np.ndarray]] = {}
+
+    def table(self, task: Task, template: Template, kind: str) -> dict[int, np.ndarray]:
+        return self._rows.setdefault((task.key, template.name, template.version, kind), {})
+
+    def store(self, table: dict[int, np.ndarray], index: int, row: np.ndarray) -> None:
+        if len(table) >= self.max_rows_per_key:
+            del table[next(iter(table))]
+        table[index] = row
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._rows.values())
+
+
+DEFAULT_CACHE = FeatureCache()
+
+
+def pool_store_rows(rows: np.ndarray) -> np.ndarray:
+    """[n_stores, 164] log2(1+x) rows -> one vector: dominant store, max, log-sum over stores, log2(1+n)."""
+    if rows.shape[0] == 0:
+        return np.zeros(LOOP_DIM, dtype=np.float32)
+    linear = np.exp2(rows.astype(np.float64)) - 1.0
+    flops = linear[:, _FLOAT_OPS].sum(axis=1)
+    dominant = max(range(rows.shape[0]), key=lambda r: (flops[r], rows[r, _OUTER_PROD]))
+    vec = np.concatenate([rows[dominant], rows.max(axis=0), np.log2(1.0 + linear.sum(axis=0)),
+                          [np.log2(1.0 + rows.shape[0])]])
+    return vec.astype(np.float32)
+
+
+class _LoopFeaturizer:
+    """PerStoreFeature plus a TuneContext per task (built without MetaSchedule's 15 s tensor_intrin import)."""
+
+    def __init__(self) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        self._ms = ms
+        self._extractor = ms.feature_extractor.PerStoreFeature()
+        self._contexts: dict[str, object] = {}
+
+    def context(self, task: Task, template: Template):
+        ctx = self._contexts.get(task.key)
+        if ctx is None:
+            import tvm
+            from tvm.s_tir.meta_schedule import _ffi_api
+            from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+
+            from search_spaces.base import prim_func
+
+            mod = tvm.IRModule({"main": prim_func(task)})
+            # TuneContext.__init__ imports tvm.s_tir.tensor_intrin (15 s); features only need mod + target.
+            ctx = self._ms.TuneContext.__new__(self._ms.TuneContext)
+            ctx.__init_handle_by_constructor__(_ffi_api.TuneContext, mod, tvm.target.Target(task.target), None, None,
+                                               "main", EXTRACT_THREADS, -1, get_logging_func(get_logger(__name__)))
+            self._contexts[task.key] = ctx
+        return ctx
+
+    def rows(self, task: Task, template: Template, space: ConfigSpace, indices: Sequence[int]) -> list[np.ndarray]:
+        """Pooled loop features of each index (NaN row when the template rejects the config)."""
+        cands, where = [], []
+        out = [np.full(LOOP_DIM, np.nan, dtype=np.float32) for _ in indices]
+        for pos, index in enumerate(indices):
+            try:
+                sch = template.apply(task, space.get(index))
+            except Exception:  # any failure of a template means "illegal config"
+                continue
+            cands.append(self._ms.MeasureCandidate(sch, []))
+            where.append(pos)
+        if not cands:
+            return out
+        ctx = self.context(task, template)
+        try:
+            feats = self._extractor.extract_from(ctx, cands)
+        except Exception:  # one bad schedule: extract one by one so the others still count
+            feats = []
+            for c in cands:
+                try:
+                    feats.append(self._extractor.extract_from(ctx, [c])[0])
+                except Exception:
+                    feats.append(None)
+        for pos, f in zip(where, feats):
+            if f is not None:
+                out[pos] = pool_store_rows(f.numpy())
+        return out
+
+
+_FEATURIZER: list[_LoopFeaturizer] = []  # created on first use: importing TVM is slow
+
+
+def _loop_featurizer() -> _LoopFeaturizer:
+    if not _FEATURIZER:
+        _FEATURIZER.append(_LoopFeaturizer())
+    return _FEATURIZER[0]
+
+
+def feature_dim(kind: str, space: ConfigSpace | None = None) -> int:
+    """Length of a feature row (knob rows depend on the space)."""
+    if kind == "loop":
+        return LOOP_DIM
+    if kind == "knob":
+        if space is None:
+            raise ValueError("knob feature length depends on the space")
+        return len(space.knob_features(0))
+    raise ValueError(f"unknown feature kind {kind!r}; choose one of {KINDS}")
+
+
+def extract(task: Task, template: Template, space: ConfigSpace, indices: Sequence[int], kind: str = "loop",
+            cache: FeatureCache | None = None) -> np.ndarray:
+    """Feature matrix [len(indices), d] (float32); rows already in `cache` are not recomputed."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown feature kind {kind!r}; choose one of {KINDS}")
+    cache = DEFAULT_CACHE if cache is None else cache
+    table = cache.table(task, template, kind)
+    missing = list(dict.fromkeys(int(i) for i in indices if int(i) not in table))
+    if missing:
+        if kind == "loop":
+            new_rows = _loop_featurizer().rows(task, template, space, missing)
+        else:
+            new_rows = [np.asarray(space.knob_features(i), dtype=np.float32) for i in missing]
+        for index, row in zip(missing, new_rows):
+            cache.store(table, index, row)
+    dim = feature_dim(kind, space)
+    if not len(indices):
+        return np.zeros((0, dim), dtype=np.float32)
+    # A row evicted between store and read is recomputed (only when one call exceeds the bound).
+    rows = [table[int(i)] if int(i) in table else extract(task, template, space, [i], kind, FeatureCache())[0]
+            for i in indices]
+    return np.stack(rows)
+
+
+def valid_rows(X: np.ndarray) -> np.ndarray:
+    """Boolean mask of rows whose config the template accepted."""
+    return np.isfinite(X).all(axis=1)

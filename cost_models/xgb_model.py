@@ -1,0 +1,138 @@
+"""An XGBoost cost model with the scikit-learn contract: scores configs, higher means faster."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
+FILE_FORMAT = "autotune-xgb-cost-model"
+FILE_VERSION = 1
+
+
+def relative_throughput(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Throughput divided by its group's best (min_cost / cost), so tasks of any speed train together; 0 stays 0."""
+    y = np.asarray(y, dtype=np.float64)
+    out = np.zeros_like(y)
+    for g in np.unique(groups):
+        mask = groups == g
+        best = y[mask].max()
+        if best > 0:
+            out[mask] = y[mask] / best
+    return out
+
+
+class XGBCostModel:
+    """XGBoost on feature rows. `fit(X, y, groups)`: y is a throughput (1/cost, 0 for errors), groups a task id.
+
+    objective "rank" learns the order of configs within each group (pairwise); "reg" regresses the
+    relative throughput. `features` names the feature kind the rows were made with (kept with the model).
+    """
+
+    def __init__(self, objective: str = "rank", features: str = "loop", n_rounds: int = 60, max_depth: int = 6,
+                 eta: float = 0.2, min_child_weight: float = 1.0, subsample: float = 1.0,
+                 colsample_bytree: float = 1.0, pairs_per_sample: int = 8, seed: int = 0, nthread: int = 2):
+        self.objective = objective
+        self.features = features
+        self.n_rounds = n_rounds
+        self.max_depth = max_depth
+        self.eta = eta
+        self.min_child_weight = min_child_weight
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.pairs_per_sample = pairs_per_sample
+        self.seed = seed
+        self.nthread = nthread
+
+    def get_params(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("objective", "features", "n_rounds", "max_depth", "eta",
+                                              "min_child_weight", "subsample", "colsample_bytree",
+                                              "pairs_per_sample", "seed", "nthread")}
+
+    def _xgb_params(self) -> dict[str, Any]:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        params = {"objective": OBJECTIVES[self.objective], "max_depth": self.max_depth, "eta": self.eta,
+                  "min_child_weight": self.min_child_weight, "subsample": self.subsample,
+                  "colsample_bytree": self.colsample_bytree, "tree_method": "hist", "seed": self.seed,
+                  "nthread": min(self.nthread, 2), "verbosity": 0}
+        if self.objective == "rank":
+            params.update(lambdarank_pair_method="mean", lambdarank_num_pair_per_sample=self.pairs_per_sample)
+        return params
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, weight: np.ndarray | None = None,
+            init_model: XGBCostModel | None = None) -> XGBCostModel:
+        """Train on rows with finite features; `weight` is per row (for "rank", a group takes its first row's).
+
+        `init_model`, a fitted model, is continued from (its trees are kept, new ones are added).
+        """
+        import xgboost as xgb
+
+        X = np.asarray(X, dtype=np.float32)
+        groups = np.asarray(groups)
+        y = relative_throughput(y, groups)
+        weight = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+        keep = np.isfinite(X).all(axis=1)
+        X, y, groups, weight = X[keep], y[keep], groups[keep], weight[keep]
+        if len(y) == 0:
+            raise ValueError("no rows with finite features to fit on")
+        order = np.argsort(groups, kind="stable")  # ranking needs each group's rows together
+        X, y, groups, weight = X[order], y[order], groups[order], weight[order]
+        _, qid = np.unique(groups, return_inverse=True)
+        if self.objective == "rank":
+            first = np.r_[True, qid[1:] != qid[:-1]]
+            dtrain = xgb.DMatrix(X, label=y, qid=qid, weight=weight[first], nthread=min(self.nthread, 2))
+        else:
+            dtrain = xgb.DMatrix(X, label=y, weight=weight, nthread=min(self.nthread, 2))
+        base = init_model.booster_ if init_model is not None else None
+        self.booster_ = xgb.train(self._xgb_params(), dtrain, num_boost_round=self.n_rounds, xgb_model=base)
+        self.n_features_in_ = X.shape[1]
+        self.n_samples_ = len(y) + (init_model.n_samples_ if init_model is not None else 0)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Scores (higher is faster); -inf for rows with non-finite features (configs the template rejects)."""
+        import xgboost as xgb
+
+        X = np.asarray(X, dtype=np.float32)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"expected rows of {self.n_features_in_} features, got shape {X.shape}")
+        out = np.full(len(X), -np.inf)
+        keep = np.isfinite(X).all(axis=1)
+        if keep.any():
+            out[keep] = self.booster_.predict(xgb.DMatrix(X[keep], nthread=min(self.nthread, 2)))
+        return out
+
+    @property
+    def fitted(self) -> bool:
+        return hasattr(self, "booster_")
+
+    def save(self, path: str | os.PathLike) -> None:
+        """One JSON file: parameters, learned sizes and the booster (XGBoost's own JSON, as a string)."""
+        if not self.fitted:
+            raise ValueError("cannot save a model that was never fitted")
+        doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "params": self.get_params(),
+               "n_features_in_": self.n_features_in_, "n_samples_": self.n_samples_,
+               "booster": bytes(self.booster_.save_raw("json")).decode()}
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> XGBCostModel:
+        import xgboost as xgb
+
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        if doc.get("format") != FILE_FORMAT:
+            raise ValueError(f"{path} is not an autotune cost model file")
+        model = cls(**doc["params"])
+        booster = xgb.Booster()
+        booster.load_model(bytearray(doc["booster"].encode()))
+        booster.set_param({"nthread": min(model.nthread, 2)})
+        model.booster_ = booster
+        model.n_features_in_ = int(doc["n_features_in_"])
+        model.n_samples_ = int(doc["n_samples_"])
+        return model

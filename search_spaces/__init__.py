@@ -1,0 +1,46 @@
+"""Schedule templates, one module per operator; looked up by (op, target kind) or by reference.
+
+A reference is "module:attribute" (e.g. "search_spaces.matmul:CPU"), so a builder process
+can import exactly the template the tuner used, including templates outside this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from autotune.errors import AutotuneError
+
+from .base import Template, prim_func
+
+# (op, target kind) -> reference of the default template
+DEFAULT_TEMPLATES: dict[tuple[str, str], str] = {
+    ("matmul", "llvm"): "search_spaces.matmul:MATMUL_CPU",
+    ("dense", "llvm"): "search_spaces.matmul:DENSE_CPU",
+    ("batch_matmul", "llvm"): "search_spaces.matmul:BATCH_MATMUL_CPU",
+    ("conv2d", "llvm"): "search_spaces.conv2d:CONV2D_CPU",
+    ("depthwise_conv2d", "llvm"): "search_spaces.depthwise_conv2d:DEPTHWISE_CPU",
+}
+
+
+def resolve(ref: str) -> Template:
+    """Import the template a reference names."""
+    module, _, attr = ref.partition(":")
+    try:
+        template = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise AutotuneError(f"cannot load template {ref!r}: {err}") from None
+    if not isinstance(template, Template):
+        raise AutotuneError(f"{ref!r} is not a Template")
+    return template
+
+
+def default_template_ref(op: str, target_kind: str) -> str:
+    try:
+        return DEFAULT_TEMPLATES[(op, target_kind)]
+    except KeyError:
+        have = sorted(k for o, k in DEFAULT_TEMPLATES if o == op)
+        raise AutotuneError(f"no {target_kind} template for {op} yet (templates exist for: {', '.join(have) or 'none'})"
+                            ) from None
+
+
+__all__ = ["Template", "prim_func", "resolve", "default_template_ref", "DEFAULT_TEMPLATES"]

@@ -1,0 +1,41 @@
+"""The template interface: a space of knobs for a task, and a schedule for a config."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable
+
+from autotune.space import Config, ConfigSpace
+from autotune.task import Task
+
+
+@dataclass(frozen=True)
+class Template:
+    """A schedule template. `define_space` and `apply` are plain functions of the task.
+
+    `apply(task, config)` returns a `tvm.s_tir.Schedule` of the task's PrimFunc (the one
+    `prim_func(task)` builds); it raises (any exception) when the config is not legal.
+    """
+
+    name: str
+    op: str
+    target_kind: str
+    define_space: Callable[[Task], ConfigSpace]
+    apply: Callable[[Task, Config], object]
+
+    @cached_property
+    def version(self) -> str:
+        """Hash of the template's module source: records made by other code are told apart."""
+        src = inspect.getsource(sys.modules[self.apply.__module__])
+        return hashlib.sha1(src.encode()).hexdigest()[:12]
+
+
+def prim_func(task: Task):
+    """The task's unscheduled PrimFunc (args: inputs..., output)."""
+    from tvm import te
+
+    return te.create_prim_func(task.opdef.compute(task.shape, task.dtype))

@@ -1,0 +1,69 @@
+"""Helpers shared by the CPU schedule templates: bounded tile knobs, unroll knob, loop utilities."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from autotune.space import Knob, choice_knob, split_knob
+
+VECTOR_LANES = 16  # fp32 lanes of an AVX-512 register
+UNROLL_STEPS = (0, 16, 64, 512)
+
+
+def tile_knob(name: str, extent: int, parts: int, inner_max: int, vector: bool = False,
+              tile_max: int | None = None) -> Knob:
+    """Exact `parts`-way split of `extent` whose innermost factor is <= inner_max.
+
+    With `vector`, innermost factors that are multiples of the vector width are kept when
+    the extent has any (else every bounded factor); `tile_max` bounds the product of the
+    inner factors. Never empty: the all-outer split (extent, 1, ..., 1) always qualifies.
+    """
+    cands = [c for c in split_knob(name, extent, parts).candidates if c[-1] <= inner_max]
+    if tile_max is not None:
+        cands = [c for c in cands if _prod(c[1:]) <= tile_max]
+    if vector:
+        wide = [c for c in cands if c[-1] % VECTOR_LANES == 0]
+        cands = wide or cands
+    return Knob(name, "split", tuple(cands))
+
+
+def unroll_knob() -> Knob:
+    """Choice of `pragma_auto_unroll_max_step` for the outermost loop (0 = no pragma)."""
+    return choice_knob("auto_unroll", UNROLL_STEPS)
+
+
+def annotate_unroll(sch, loop, max_step: int) -> None:
+    """Ask the lowering to unroll inner loops up to `max_step` iterations, explicitly."""
+    if max_step > 0:
+        sch.annotate(loop, "pragma_auto_unroll_max_step", max_step)
+        sch.annotate(loop, "pragma_unroll_explicit", 1)
+
+
+def split(sch, loop, factors: Sequence[int]) -> list:
+    """Split `loop` by an exact factor tuple (outermost first)."""
+    return list(sch.split(loop, factors=[int(f) for f in factors]))
+
+
+def vectorize_inner(sch, block, width: int) -> None:
+    """Vectorise the innermost loop of `block`, split to `width` lanes when it is longer."""
+    loop = sch.get_loops(block)[-1]
+    extent = int(sch.get(loop).extent)
+    if extent > width and extent % width == 0:
+        loop = sch.split(loop, factors=[None, width])[1]
+    elif extent > width:
+        return
+    sch.vectorize(loop)
+
+
+def parallel_fused(sch, loops: Sequence):
+    """Fuse `loops` (outermost first) and mark the result parallel; returns the fused loop."""
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    sch.parallel(fused)
+    return fused
+
+
+def _prod(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out

@@ -1,0 +1,106 @@
+"""CPU template for conv2d NCHW, with a packed-channel (NCHW[x]c-style) and a direct variant.
+
+Loops of block "conv": n, k, y, x (spatial), c, r, s (reduction). Tiling:
+  parallel [n, k0, y0, x0] -> (c0 when "c_outer") -> mid [k1, y1, x1] -> (c0) -> c1, r, s
+  (order a knob) -> register tile.
+Variant "packed" (vec_axis "k"): register tile x2 x k2, k2 vectorised over output channels;
+the weight is re-laid out to [K/k2, C, R, S, k2] and the accumulator to [N, K/k2, H, W, k2], so
+every vector load/store is contiguous. Variant "direct" (vec_axis "x"): register tile k2 x x2,
+vectorised over output width, NCHW accumulator, weight read in place.
+"""
+
+from __future__ import annotations
+
+from autotune.space import Config, ConfigSpace, choice_knob
+from autotune.task import Task
+
+from .base import Template, prim_func
+from .common import VECTOR_LANES, annotate_unroll, parallel_fused, split, tile_knob, unroll_knob, vectorize_inner
+
+REDUCTION_ORDERS = ("c1_r_s", "r_s_c1")
+
+
+def conv_out_shape(task: Task) -> tuple[int, ...]:
+    """Output shape [N, K, OH, OW] of the task."""
+    return tuple(int(d) for d in task.opdef.output_shape(task.shape))
+
+
+def define_space(task: Task) -> ConfigSpace:
+    """Tiles of k, y, x, c; variant; loop orders; padding placement; unrolling."""
+    p = task.shape
+    _, k_out, oh, ow = conv_out_shape(task)
+    return ConfigSpace(knobs=(
+        choice_knob("vec_axis", ("k", "x")),
+        tile_knob("tile_k", k_out, 3, inner_max=64, vector=True),
+        tile_knob("tile_y", oh, 2, inner_max=oh),
+        tile_knob("tile_x", ow, 3, inner_max=16),
+        tile_knob("tile_c", p["C"], 2, inner_max=p["C"]),
+        choice_knob("c0_outer", (True, False)),
+        choice_knob("reduction_order", REDUCTION_ORDERS),
+        choice_knob("pad", ("root", "inline") if p["padding"] > 0 else ("none",)),
+        unroll_knob(),
+    ))
+
+
+def apply(task: Task, cfg: Config):
+    """Build the schedule of one config (raises on an illegal one)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(prim_func(task))
+    blk = sch.get_sblock("conv")
+    n, k, y, x, c, r, s = sch.get_loops(blk)
+    k0, k1, k2 = split(sch, k, cfg["tile_k"])
+    y0, y1 = split(sch, y, cfg["tile_y"])
+    x0, x1, x2 = split(sch, x, cfg["tile_x"])
+    c0, c1 = split(sch, c, cfg["tile_c"])
+    inner_red = [c1, r, s] if cfg["reduction_order"] == "c1_r_s" else [r, s, c1]
+    packed = cfg["vec_axis"] == "k"
+    reg = [x2, k2] if packed else [k2, x2]
+    mid = [c0, k1, y1, x1] if cfg["c0_outer"] else [k1, y1, x1, c0]
+    sch.reorder(n, k0, y0, x0, *mid, *inner_red, *reg)
+    acc = sch.cache_write(blk, 0, "global")
+    kb = cfg["tile_k"][-1]
+    if packed:
+        sch.transform_layout(blk, ("write", 0), lambda a, b, h, w: (a, b // kb, h, w, b % kb))
+        wpack = _pack_weight(sch, blk, kb)
+    outer = parallel_fused(sch, [n, k0, y0, x0])
+    sch.reverse_compute_at(acc, outer)
+    sch.unroll(reg[0])
+    sch.vectorize(reg[1])
+    init = sch.decompose_reduction(blk, mid[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+    vectorize_inner(sch, acc, VECTOR_LANES)
+    if packed:
+        _parallel_outer_loops(sch, wpack, 1)
+        vectorize_inner(sch, wpack, VECTOR_LANES)
+    _place_pad(sch, cfg["pad"])
+    annotate_unroll(sch, outer, cfg["auto_unroll"])
+    return sch
+
+
+def _pack_weight(sch, blk, kb: int):
+    """Copy weight [K, C, R, S] into [K/kb, C, R, S, kb]: an output-channel block is contiguous."""
+    wpack = sch.cache_read(blk, 1, "global")
+    sch.transform_layout(wpack, ("write", 0), lambda k, c, r, s: (k // kb, c, r, s, k % kb))
+    k, c, r, s = sch.get_loops(wpack)
+    ko, ki = split(sch, k, (int(sch.get(k).extent) // kb, kb))
+    sch.reorder(ko, c, r, s, ki)
+    return wpack
+
+
+def _place_pad(sch, where: str) -> None:
+    """Inline the padding into the convolution, or run it first as a parallel loop nest."""
+    if where == "inline":
+        sch.compute_inline(sch.get_sblock("pad"))
+    elif where == "root":
+        pad = sch.get_sblock("pad")
+        _parallel_outer_loops(sch, pad, 2)
+        vectorize_inner(sch, pad, VECTOR_LANES)
+
+
+def _parallel_outer_loops(sch, block, count: int) -> None:
+    """Fuse the first `count` loops of `block` and run them in parallel."""
+    parallel_fused(sch, sch.get_loops(block)[:count])
+
+
+CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", define_space, apply)

@@ -1,0 +1,87 @@
+"""CPU template for depthwise conv2d NCHW (multiplier 1), packed-channel or direct variant.
+
+Loops of block "conv": n, c, y, x (spatial), r, s (reduction). Tiling:
+  parallel [n, c0, y0] -> y1 -> x0 -> r, s -> register tile.
+Variant "c" (packed): register tile x1 x c1, vectorised over channels; the padded input is
+produced as [N, C/c1, H, W, c1] (the padding block, or a copy of the input, does the
+re-layout), the weight is read as [C/c1, R, S, c1], the accumulator is [N, C/c1, OH, OW, c1].
+Variant "x" (direct): register tile c1 x x1, vectorised over output width, NCHW throughout.
+The padded/packed input is produced per parallel tile ("tile"), up front ("root"), or, for
+the direct variant, inlined into the convolution ("inline").
+"""
+
+from __future__ import annotations
+
+from autotune.space import Config, ConfigSpace, choice_knob
+from autotune.task import Task
+
+from .base import Template, prim_func
+from .common import VECTOR_LANES, annotate_unroll, parallel_fused, split, tile_knob, unroll_knob, vectorize_inner
+
+
+def define_space(task: Task) -> ConfigSpace:
+    """Tiles of c, y, x; variant; input placement; unrolling."""
+    _, channels, oh, ow = (int(d) for d in task.opdef.output_shape(task.shape))
+    return ConfigSpace(knobs=(
+        choice_knob("vec_axis", ("c", "x")),
+        tile_knob("tile_c", channels, 2, inner_max=64, vector=True),
+        tile_knob("tile_y", oh, 2, inner_max=oh),
+        tile_knob("tile_x", ow, 2, inner_max=32),
+        choice_knob("input_at", ("tile", "root", "inline")),
+        unroll_knob(),
+    ))
+
+
+def apply(task: Task, cfg: Config):
+    """Build the schedule of one config (raises on an illegal one)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(prim_func(task))
+    blk = sch.get_sblock("conv")
+    n, c, y, x, r, s = sch.get_loops(blk)
+    c0, c1 = split(sch, c, cfg["tile_c"])
+    y0, y1 = split(sch, y, cfg["tile_y"])
+    x0, x1 = split(sch, x, cfg["tile_x"])
+    packed = cfg["vec_axis"] == "c"
+    reg = [x1, c1] if packed else [c1, x1]
+    sch.reorder(n, c0, y0, y1, x0, r, s, *reg)
+    acc = sch.cache_write(blk, 0, "global")
+    cb = cfg["tile_c"][-1]
+    if packed:
+        sch.transform_layout(blk, ("write", 0), lambda a, b, h, w: (a, b // cb, h, w, b % cb))
+        sch.transform_layout(blk, ("read", 1), lambda b, one, h, w: (b // cb, h, w, one, b % cb))
+    outer = parallel_fused(sch, [n, c0, y0])
+    sch.reverse_compute_at(acc, outer)
+    sch.unroll(reg[0])
+    sch.vectorize(reg[1])
+    init = sch.decompose_reduction(blk, r)
+    sch.vectorize(sch.get_loops(init)[-1])
+    vectorize_inner(sch, acc, VECTOR_LANES)
+    _place_input(sch, blk, task, cfg["input_at"], cb if packed else 0, outer)
+    annotate_unroll(sch, outer, cfg["auto_unroll"])
+    return sch
+
+
+def _place_input(sch, blk, task: Task, where: str, cb: int, outer) -> None:
+    """Produce the (padded, and when cb > 0 channel-packed) input where the config asks."""
+    has_pad = task.shape["padding"] > 0
+    if cb == 0 and (where == "inline" or not has_pad):
+        if has_pad:
+            sch.compute_inline(sch.get_sblock("pad"))
+        return
+    if where == "inline":
+        raise ValueError("the packed variant cannot inline its input re-layout")
+    producer = sch.get_sblock("pad") if has_pad else sch.cache_read(blk, 0, "global")
+    if cb > 0:
+        sch.transform_layout(producer, ("write", 0), lambda a, b, h, w: (a, b // cb, h, w, b % cb))
+    if where == "tile":
+        sch.compute_at(producer, outer)
+    else:
+        parallel_fused(sch, sch.get_loops(producer)[:2])
+    if cb > 0:
+        loops = sch.get_loops(producer)
+        sch.reorder(*loops[-3:], loops[-4])  # channel innermost: contiguous packed writes
+    vectorize_inner(sch, producer, VECTOR_LANES)
+
+
+DEPTHWISE_CPU = Template("depthwise_conv2d_cpu", "depthwise_conv2d", "llvm", define_space, apply)

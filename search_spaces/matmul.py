@@ -1,0 +1,137 @@
+"""CPU templates for the GEMM family: matmul, dense (B = W^T) and batch_matmul, sharing one schedule.
+
+Structure (SRSRS): parallel fused [batch] x i0 x j0 tiles; k0 cache blocking; mid tile i1 x j1
+(order is a knob); k1; register tile i2 x j2 with j2 vectorised (a multiple of 16 lanes when
+N allows). The accumulator C_global is written back per outer tile. The B operand can be
+packed into a tile-contiguous layout [.., N/j2, K, j2] (dense always packs: W is [N, K]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.space import Config, ConfigSpace, choice_knob
+from autotune.task import Task
+
+from .base import Template, prim_func
+from .common import VECTOR_LANES, annotate_unroll, parallel_fused, split, tile_knob, unroll_knob, vectorize_inner
+
+REG_ROWS = 16  # register-tile rows (i2) at most
+REG_COLS = 64  # register-tile columns (j2) at most: 4 zmm registers per row
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """How an operator maps onto C[b, i, j] = sum_k A[b, i, k] * B'[b, k, j]."""
+
+    m: str
+    n: str
+    k: str
+    batch: str | None = None
+    b_transposed: bool = False  # B operand stored [N, K] (dense) instead of [K, N]
+    pack_choices: tuple[str, ...] = ("none", "root")
+
+
+MATMUL = Gemm("M", "N", "K")
+DENSE = Gemm("batch", "out_features", "in_features", b_transposed=True, pack_choices=("root", "none"))
+BATCH_MATMUL = Gemm("M", "N", "K", batch="B")
+
+
+def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
+    """Tiles of i, j, k, mid-tile order, B packing and unrolling for one GEMM-family task."""
+    p = task.shape
+    return ConfigSpace(knobs=(
+        tile_knob("tile_i", p[gemm.m], 3, inner_max=REG_ROWS),
+        tile_knob("tile_j", p[gemm.n], 3, inner_max=REG_COLS, vector=True),
+        tile_knob("tile_k", p[gemm.k], 2, inner_max=1024),
+        choice_knob("mid_order", ("ij", "ji")),
+        choice_knob("pack_b", gemm.pack_choices),
+        unroll_knob(),
+    ))
+
+
+def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
+    """Build the schedule of one config (raises on an illegal one)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(prim_func(task))
+    blk = sch.get_sblock("C")
+    loops = sch.get_loops(blk)
+    outer_b, (i, j, k) = loops[:-3], loops[-3:]
+    i0, i1, i2 = split(sch, i, cfg["tile_i"])
+    j0, j1, j2 = split(sch, j, cfg["tile_j"])
+    k0, k1 = split(sch, k, cfg["tile_k"])
+    mid = (i1, j1) if cfg["mid_order"] == "ij" else (j1, i1)
+    sch.reorder(*outer_b, i0, j0, k0, *mid, k1, i2, j2)
+    acc = sch.cache_write(blk, 0, "global")
+    packed = _pack_b(sch, blk, gemm, cfg["tile_j"][-1]) if cfg["pack_b"] == "root" else None
+    outer = parallel_fused(sch, [*outer_b, i0, j0])
+    sch.reverse_compute_at(acc, outer)
+    sch.unroll(i2)
+    sch.vectorize(j2)
+    init = sch.decompose_reduction(blk, k0)
+    sch.vectorize(sch.get_loops(init)[-1])
+    vectorize_inner(sch, acc, max(VECTOR_LANES, cfg["tile_j"][-1]))
+    if packed is not None:
+        _parallel_pack(sch, packed, gemm, cfg["tile_j"][-1])
+    annotate_unroll(sch, outer, cfg["auto_unroll"])
+    return sch
+
+
+def _pack_b(sch, blk, gemm: Gemm, jb: int):
+    """Copy the B operand into [.., N/jb, K, jb] so a register tile's row of B is contiguous."""
+    packed = sch.cache_read(blk, 1, "global")
+    if gemm.b_transposed:
+        index_map = lambda jj, kk: (jj // jb, kk, jj % jb)  # noqa: E731  W[N, K]
+    elif gemm.batch:
+        index_map = lambda b, kk, jj: (b, jj // jb, kk, jj % jb)  # noqa: E731
+    else:
+        index_map = lambda kk, jj: (jj // jb, kk, jj % jb)  # noqa: E731
+    sch.transform_layout(packed, ("write", 0), index_map)
+    return packed
+
+
+def _parallel_pack(sch, packed, gemm: Gemm, jb: int) -> None:
+    """Run the packing copy as its own loop nest [batch, j/jb (parallel), k, jb (vectorised)]."""
+    loops = sch.get_loops(packed)
+    batch, (a, b) = loops[:-2], loops[-2:]
+    jj, kk = (a, b) if gemm.b_transposed else (b, a)
+    jo, ji = split(sch, jj, (int(sch.get(jj).extent) // jb, jb))
+    sch.reorder(*batch, jo, kk, ji)
+    parallel_fused(sch, [*batch, jo])
+    sch.vectorize(ji)
+
+
+def matmul_space(task: Task) -> ConfigSpace:
+    """Space of the matmul template."""
+    return define_gemm_space(MATMUL, task)
+
+
+def matmul_apply(task: Task, cfg: Config):
+    """Schedule of one matmul config."""
+    return apply_gemm(MATMUL, task, cfg)
+
+
+def dense_space(task: Task) -> ConfigSpace:
+    """Space of the dense template."""
+    return define_gemm_space(DENSE, task)
+
+
+def dense_apply(task: Task, cfg: Config):
+    """Schedule of one dense config."""
+    return apply_gemm(DENSE, task, cfg)
+
+
+def batch_matmul_space(task: Task) -> ConfigSpace:
+    """Space of the batch_matmul template."""
+    return define_gemm_space(BATCH_MATMUL, task)
+
+
+def batch_matmul_apply(task: Task, cfg: Config):
+    """Schedule of one batch_matmul config."""
+    return apply_gemm(BATCH_MATMUL, task, cfg)
+
+
+MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply)
+DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply)
+BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply)
