@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
                         "give no LOG to disable")
     t.add_argument("--cost-model", help="xgb: start from a saved model (autotune train-model)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--build-only", action="store_true",
+                   help="validate and compile candidates, measure nothing (e.g. CUDA on a machine without a GPU)")
 
     b = sub.add_parser("best", help="best valid config per task in logs")
     b.add_argument("logs", nargs="+")
@@ -84,13 +86,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .measure import RunnerOptions
     from .progress import ProgressBar
     from .task import make_task
-    from .tune import default_log_path, tune
+    from .tune import default_log_path, ensure_measurable, tune
     from .tuners import get_tuner_class
 
     task = make_task(args.op, args.shape, args.dtype, args.target, arch=args.arch)
     get_tuner_class(args.tuner)  # validate before any work
     if args.trials < 1:
         raise AutotuneError("--trials must be >= 1")
+    if args.build_only:
+        return _build_only(task, args)
+    ensure_measurable(task)
     log = Path(args.log) if args.log else default_log_path(task)
     options = {}
     if args.tuner == "xgb":
@@ -118,6 +123,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"{json.dumps(best.input.config.to_dict()['knobs'])}")
     print(f"{len(result.records)} trials, {result.errors} errors; log: {log}")
     return 0
+
+
+def _build_only(task, args: argparse.Namespace) -> int:
+    import search_spaces
+
+    from .build_check import build_only
+
+    ref = args.template or search_spaces.default_template_ref(task.op, task.target_kind)
+    print(f"building {task} ({ref}), measuring nothing", file=sys.stderr)
+    report = build_only(task, args.trials, ref, seed=args.seed, batch_size=args.batch_size,
+                        build_timeout=args.build_timeout)
+    print(report.summary())
+    return 0 if report.built else 1
 
 
 def _load(paths: list[str]):

@@ -31,10 +31,16 @@ def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str
 
     from .target import to_tvm_target
 
+    from .gpu_limits import check_config
+
     t0 = time.perf_counter()
     template, space = _template_and_space(task, template_ref)
+    config = space.get(index)
+    reason = check_config(task, template, config)  # GPU limits, before any compilation
+    if reason:
+        return "invalid_config", reason, 0.0
     try:
-        sch = template.apply(task, space.get(index))
+        sch = template.apply(task, config)
         mod = sch.mod
     except Exception as err:  # the template rejected this config
         return "invalid_config", f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}", 0.0
@@ -58,7 +64,7 @@ def run(artifact: str, task: Task, repeat: int, min_repeat_ms: float,
 
     try:
         lib = tvm.runtime.load_module(artifact)
-        dev = tvm.cpu(0)
+        dev = tvm.cuda(0) if task.target_kind == "cuda" else tvm.cpu(0)
         inputs, ref = _reference(task)
         args = [tvm.runtime.tensor(a, dev) for a in inputs]
         out = tvm.runtime.empty(ref.shape, task.dtype, dev)
@@ -70,7 +76,8 @@ def run(artifact: str, task: Task, repeat: int, min_repeat_ms: float,
     if problem:
         return "wrong_answer", problem, []
     timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=int(min_repeat_ms),
-                               f_preproc="cache_flush_cpu_non_first_arg" if cache_flush else "")
+                               f_preproc="cache_flush_cpu_non_first_arg" if cache_flush and task.target_kind == "llvm"
+                               else "")
     return None, "", [float(x) for x in timer(*args, out).results]
 
 

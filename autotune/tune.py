@@ -56,8 +56,8 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
     if tmpl.op != task.op or tmpl.target_kind != task.target_kind:
         raise AutotuneError(f"template {template_ref} is for {tmpl.op}/{tmpl.target_kind}, not {task.op}/"
                             f"{task.target_kind}")
-    if task.target_kind != "llvm" and runner is None:
-        raise AutotuneError(f"no local runner for target {task.target_kind!r} on this machine")
+    if runner is None:
+        ensure_measurable(task)
     space = tmpl.define_space(task)
     log_path = Path(log) if log else default_log_path(task)
     result = TuneResult(task, log_path)
@@ -99,6 +99,23 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
         if own_runner:
             runner.close()
     return result
+
+
+def ensure_measurable(task: Task) -> None:
+    """Raise, with what to do instead, when this machine cannot measure the task's target."""
+    if task.target_kind == "cuda" and not cuda_device_present():
+        raise AutotuneError("no CUDA device is available on this machine for measurement: run on a machine with a "
+                            "GPU, measure through an RPC server of a GPU machine (--rpc-key/--tracker), or pass "
+                            "--build-only to build and validate candidates without measuring")
+
+
+def cuda_device_present() -> bool:
+    import tvm
+
+    try:
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # a TVM build without the CUDA runtime
+        return False
 
 
 def _best_trial(records: list[Record]) -> int:

@@ -50,7 +50,7 @@ def _serve(conn: Connection) -> None:
 
 
 class Worker:
-    """One isolated process (`python -m autotune.workers`); `env` is set before it starts."""
+    """One isolated process (`python -m autotune._worker_main`); `env` is set before it starts."""
 
     def __init__(self, env: dict[str, str] | None = None):
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `autotune` is importable
@@ -65,7 +65,7 @@ class Worker:
         self.close()
         down_r, down_w = os.pipe()
         up_r, up_w = os.pipe()
-        self._proc = subprocess.Popen([sys.executable, "-m", "autotune.workers", str(down_r), str(up_w)],
+        self._proc = subprocess.Popen([sys.executable, "-m", "autotune._worker_main", str(down_r), str(up_w)],
                                       pass_fds=(down_r, up_w), env=self._env, stdin=subprocess.DEVNULL)
         os.close(down_r)
         os.close(up_w)
@@ -144,5 +144,6 @@ class WorkerPool:
         self._threads.shutdown(wait=False)
 
 
-if __name__ == "__main__":
-    _serve(_Duplex(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)))
+def serve_fds(read_fd: int, write_fd: int) -> None:
+    """Entry point of a worker process: serve calls on the two pipe ends it was given."""
+    _serve(_Duplex(Connection(read_fd, writable=False), Connection(write_fd, readable=False)))

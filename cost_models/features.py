@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from autotune.space import ConfigSpace
+from autotune.space import Config, ConfigSpace
 from autotune.target import host_cores
 from autotune.task import Task
 
 if TYPE_CHECKING:
     from search_spaces.base import Template
+
+    from .feature_pool import FeaturePool
 
 KINDS = ("loop", "knob")
 N_STORE_FEATURES = 164  # PerStoreFeature with its defaults (buffers_per_store=5, 10 curve samples)
@@ -66,14 +68,15 @@ def pool_store_rows(rows: np.ndarray) -> np.ndarray:
 class _LoopFeaturizer:
     """PerStoreFeature plus a TuneContext per task (built without MetaSchedule's 15 s tensor_intrin import)."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int) -> None:
         from tvm.s_tir import meta_schedule as ms
 
         self._ms = ms
+        self._threads = threads
         self._extractor = ms.feature_extractor.PerStoreFeature()
         self._contexts: dict[str, object] = {}
 
-    def context(self, task: Task, template: Template):
+    def context(self, task: Task):
         ctx = self._contexts.get(task.key)
         if ctx is None:
             import tvm
@@ -86,24 +89,24 @@ class _LoopFeaturizer:
             # TuneContext.__init__ imports tvm.s_tir.tensor_intrin (15 s); features only need mod + target.
             ctx = self._ms.TuneContext.__new__(self._ms.TuneContext)
             ctx.__init_handle_by_constructor__(_ffi_api.TuneContext, mod, tvm.target.Target(task.target), None, None,
-                                               "main", EXTRACT_THREADS, -1, get_logging_func(get_logger(__name__)))
+                                               "main", self._threads, -1, get_logging_func(get_logger(__name__)))
             self._contexts[task.key] = ctx
         return ctx
 
-    def rows(self, task: Task, template: Template, space: ConfigSpace, indices: Sequence[int]) -> list[np.ndarray]:
-        """Pooled loop features of each index (NaN row when the template rejects the config)."""
+    def rows(self, task: Task, template: Template, configs: Sequence[Config]) -> list[np.ndarray]:
+        """Pooled loop features of each config (NaN row when the template rejects it)."""
         cands, where = [], []
-        out = [np.full(LOOP_DIM, np.nan, dtype=np.float32) for _ in indices]
-        for pos, index in enumerate(indices):
+        out = [np.full(LOOP_DIM, np.nan, dtype=np.float32) for _ in configs]
+        for pos, cfg in enumerate(configs):
             try:
-                sch = template.apply(task, space.get(index))
+                sch = template.apply(task, cfg)
             except Exception:  # any failure of a template means "illegal config"
                 continue
             cands.append(self._ms.MeasureCandidate(sch, []))
             where.append(pos)
         if not cands:
             return out
-        ctx = self.context(task, template)
+        ctx = self.context(task)
         try:
             feats = self._extractor.extract_from(ctx, cands)
         except Exception:  # one bad schedule: extract one by one so the others still count
@@ -119,13 +122,20 @@ class _LoopFeaturizer:
         return out
 
 
-_FEATURIZER: list[_LoopFeaturizer] = []  # created on first use: importing TVM is slow
+_FEATURIZER: dict[int, _LoopFeaturizer] = {}  # per thread count, created on first use: importing TVM is slow
 
 
-def _loop_featurizer() -> _LoopFeaturizer:
-    if not _FEATURIZER:
-        _FEATURIZER.append(_LoopFeaturizer())
-    return _FEATURIZER[0]
+def prepare_loop_features(threads: int = EXTRACT_THREADS) -> _LoopFeaturizer:
+    """The extractor of this process for a thread count (built now: importing TVM takes seconds)."""
+    if threads not in _FEATURIZER:
+        _FEATURIZER[threads] = _LoopFeaturizer(threads)
+    return _FEATURIZER[threads]
+
+
+def loop_rows(task: Task, template: Template, configs: Sequence[Config],
+              threads: int = EXTRACT_THREADS) -> list[np.ndarray]:
+    """Loop features of configs, computed in this process."""
+    return prepare_loop_features(threads).rows(task, template, configs)
 
 
 def feature_dim(kind: str, space: ConfigSpace | None = None) -> int:
@@ -140,8 +150,11 @@ def feature_dim(kind: str, space: ConfigSpace | None = None) -> int:
 
 
 def extract(task: Task, template: Template, space: ConfigSpace, indices: Sequence[int], kind: str = "loop",
-            cache: FeatureCache | None = None) -> np.ndarray:
-    """Feature matrix [len(indices), d] (float32); rows already in `cache` are not recomputed."""
+            cache: FeatureCache | None = None, pool: FeaturePool | None = None) -> np.ndarray:
+    """Feature matrix [len(indices), d] (float32); rows already in `cache` are not recomputed.
+
+    `pool` (loop features only) computes large batches of missing rows in worker processes.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown feature kind {kind!r}; choose one of {KINDS}")
     cache = DEFAULT_CACHE if cache is None else cache
@@ -149,7 +162,9 @@ def extract(task: Task, template: Template, space: ConfigSpace, indices: Sequenc
     missing = list(dict.fromkeys(int(i) for i in indices if int(i) not in table))
     if missing:
         if kind == "loop":
-            new_rows = _loop_featurizer().rows(task, template, space, missing)
+            configs = [space.get(i) for i in missing]
+            new_rows = (pool.rows(task, template, configs) if pool is not None
+                        else loop_rows(task, template, configs))
         else:
             new_rows = [np.asarray(space.knob_features(i), dtype=np.float32) for i in missing]
         for index, row in zip(missing, new_rows):

@@ -11,6 +11,7 @@ import numpy as np
 OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 FILE_FORMAT = "autotune-xgb-cost-model"
 FILE_VERSION = 1
+SMALL_FIT_ROWS = 4096
 
 
 def relative_throughput(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -82,28 +83,30 @@ class XGBCostModel:
         order = np.argsort(groups, kind="stable")  # ranking needs each group's rows together
         X, y, groups, weight = X[order], y[order], groups[order], weight[order]
         _, qid = np.unique(groups, return_inverse=True)
+        # Small fits gain little from a second thread and stall badly when the cores are busy.
+        threads = 1 if len(y) < SMALL_FIT_ROWS else min(self.nthread, 2)
         if self.objective == "rank":
             first = np.r_[True, qid[1:] != qid[:-1]]
-            dtrain = xgb.DMatrix(X, label=y, qid=qid, weight=weight[first], nthread=min(self.nthread, 2))
+            dtrain = xgb.DMatrix(X, label=y, qid=qid, weight=weight[first], nthread=threads)
         else:
-            dtrain = xgb.DMatrix(X, label=y, weight=weight, nthread=min(self.nthread, 2))
+            dtrain = xgb.DMatrix(X, label=y, weight=weight, nthread=threads)
         base = init_model.booster_ if init_model is not None else None
-        self.booster_ = xgb.train(self._xgb_params(), dtrain, num_boost_round=self.n_rounds, xgb_model=base)
+        params = {**self._xgb_params(), "nthread": threads}
+        self.booster_ = xgb.train(params, dtrain, num_boost_round=self.n_rounds, xgb_model=base)
+        self.booster_.set_param({"nthread": 1})  # predictions are small batches during search
         self.n_features_in_ = X.shape[1]
         self.n_samples_ = len(y) + (init_model.n_samples_ if init_model is not None else 0)
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Scores (higher is faster); -inf for rows with non-finite features (configs the template rejects)."""
-        import xgboost as xgb
-
         X = np.asarray(X, dtype=np.float32)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
             raise ValueError(f"expected rows of {self.n_features_in_} features, got shape {X.shape}")
         out = np.full(len(X), -np.inf)
         keep = np.isfinite(X).all(axis=1)
         if keep.any():
-            out[keep] = self.booster_.predict(xgb.DMatrix(X[keep], nthread=min(self.nthread, 2)))
+            out[keep] = self.booster_.inplace_predict(X[keep])  # no DMatrix: cheap for the small batches of a search
         return out
 
     @property
@@ -131,7 +134,7 @@ class XGBCostModel:
         model = cls(**doc["params"])
         booster = xgb.Booster()
         booster.load_model(bytearray(doc["booster"].encode()))
-        booster.set_param({"nthread": min(model.nthread, 2)})
+        booster.set_param({"nthread": 1})
         model.booster_ = booster
         model.n_features_in_ = int(doc["n_features_in_"])
         model.n_samples_ = int(doc["n_samples_"])

@@ -19,6 +19,11 @@ DEFAULT_TEMPLATES: dict[tuple[str, str], str] = {
     ("batch_matmul", "llvm"): "search_spaces.matmul:BATCH_MATMUL_CPU",
     ("conv2d", "llvm"): "search_spaces.conv2d:CONV2D_CPU",
     ("depthwise_conv2d", "llvm"): "search_spaces.depthwise_conv2d:DEPTHWISE_CPU",
+    ("matmul", "cuda"): "search_spaces.cuda_gemm:MATMUL_CUDA",
+    ("dense", "cuda"): "search_spaces.cuda_gemm:DENSE_CUDA",
+    ("batch_matmul", "cuda"): "search_spaces.cuda_gemm:BATCH_MATMUL_CUDA",
+    ("conv2d", "cuda"): "search_spaces.cuda_conv2d:CONV2D_CUDA",
+    ("depthwise_conv2d", "cuda"): "search_spaces.cuda_depthwise:DEPTHWISE_CUDA",
 }
 
 

@@ -11,18 +11,19 @@ UNROLL_STEPS = (0, 16, 64, 512)
 
 
 def tile_knob(name: str, extent: int, parts: int, inner_max: int, vector: bool = False,
-              tile_max: int | None = None) -> Knob:
+              tile_max: int | None = None, also_rows: int = 0) -> Knob:
     """Exact `parts`-way split of `extent` whose innermost factor is <= inner_max.
 
     With `vector`, innermost factors that are multiples of the vector width are kept when
-    the extent has any (else every bounded factor); `tile_max` bounds the product of the
-    inner factors. Never empty: the all-outer split (extent, 1, ..., 1) always qualifies.
+    the extent has any (else every bounded factor), plus those <= `also_rows` (for variants
+    that use the axis as unrolled rows instead); `tile_max` bounds the product of the inner
+    factors. Never empty: the all-outer split (extent, 1, ..., 1) always qualifies.
     """
     cands = [c for c in split_knob(name, extent, parts).candidates if c[-1] <= inner_max]
     if tile_max is not None:
         cands = [c for c in cands if _prod(c[1:]) <= tile_max]
     if vector:
-        wide = [c for c in cands if c[-1] % VECTOR_LANES == 0]
+        wide = [c for c in cands if c[-1] % VECTOR_LANES == 0 or (c[-1] <= also_rows and extent % VECTOR_LANES == 0)]
         cands = wide or cands
     return Knob(name, "split", tuple(cands))
 
@@ -44,6 +45,12 @@ def split(sch, loop, factors: Sequence[int]) -> list:
     return list(sch.split(loop, factors=[int(f) for f in factors]))
 
 
+def vectorize_loop(sch, loop) -> None:
+    """Vectorise `loop` unless it has a single iteration (a 1-lane vector does not lower)."""
+    if int(sch.get(loop).extent) > 1:
+        sch.vectorize(loop)
+
+
 def vectorize_inner(sch, block, width: int) -> None:
     """Vectorise the innermost loop of `block`, split to `width` lanes when it is longer."""
     loop = sch.get_loops(block)[-1]
@@ -52,7 +59,15 @@ def vectorize_inner(sch, block, width: int) -> None:
         loop = sch.split(loop, factors=[None, width])[1]
     elif extent > width:
         return
-    sch.vectorize(loop)
+    vectorize_loop(sch, loop)
+
+
+def decompose(sch, block, loop) -> None:
+    """Hoist the reduction's init above `loop` (vectorised), unless the reduction is trivial."""
+    if all(int(iv.dom.extent) == 1 for iv in sch.get(block).iter_vars if iv.iter_type == 2):
+        return  # every reduction axis has extent 1: TVM refuses to decompose; T.init lowers fine
+    init = sch.decompose_reduction(block, loop)
+    vectorize_loop(sch, sch.get_loops(init)[-1])
 
 
 def parallel_fused(sch, loops: Sequence):

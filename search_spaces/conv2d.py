@@ -15,7 +15,17 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
 from .base import Template, prim_func
-from .common import VECTOR_LANES, annotate_unroll, parallel_fused, split, tile_knob, unroll_knob, vectorize_inner
+from .common import (
+    VECTOR_LANES,
+    annotate_unroll,
+    decompose,
+    parallel_fused,
+    split,
+    tile_knob,
+    unroll_knob,
+    vectorize_inner,
+    vectorize_loop,
+)
 
 REDUCTION_ORDERS = ("c1_r_s", "r_s_c1")
 
@@ -66,9 +76,8 @@ def apply(task: Task, cfg: Config):
     outer = parallel_fused(sch, [n, k0, y0, x0])
     sch.reverse_compute_at(acc, outer)
     sch.unroll(reg[0])
-    sch.vectorize(reg[1])
-    init = sch.decompose_reduction(blk, mid[0])
-    sch.vectorize(sch.get_loops(init)[-1])
+    vectorize_loop(sch, reg[1])
+    decompose(sch, blk, mid[0])
     vectorize_inner(sch, acc, VECTOR_LANES)
     if packed:
         _parallel_outer_loops(sch, wpack, 1)
@@ -80,7 +89,7 @@ def apply(task: Task, cfg: Config):
 
 def _pack_weight(sch, blk, kb: int):
     """Copy weight [K, C, R, S] into [K/kb, C, R, S, kb]: an output-channel block is contiguous."""
-    wpack = sch.cache_read(blk, 1, "global")
+    wpack = sch.cache_read(blk, "weight", "global")
     sch.transform_layout(wpack, ("write", 0), lambda k, c, r, s: (k // kb, c, r, s, k % kb))
     k, c, r, s = sch.get_loops(wpack)
     ko, ki = split(sch, k, (int(sch.get(k).extent) // kb, kb))

@@ -16,7 +16,17 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
 from .base import Template, prim_func
-from .common import VECTOR_LANES, annotate_unroll, parallel_fused, split, tile_knob, unroll_knob, vectorize_inner
+from .common import (
+    VECTOR_LANES,
+    annotate_unroll,
+    decompose,
+    parallel_fused,
+    split,
+    tile_knob,
+    unroll_knob,
+    vectorize_inner,
+    vectorize_loop,
+)
 
 
 def define_space(task: Task) -> ConfigSpace:
@@ -24,7 +34,7 @@ def define_space(task: Task) -> ConfigSpace:
     _, channels, oh, ow = (int(d) for d in task.opdef.output_shape(task.shape))
     return ConfigSpace(knobs=(
         choice_knob("vec_axis", ("c", "x")),
-        tile_knob("tile_c", channels, 2, inner_max=64, vector=True),
+        tile_knob("tile_c", channels, 2, inner_max=64, vector=True, also_rows=4),
         tile_knob("tile_y", oh, 2, inner_max=oh),
         tile_knob("tile_x", ow, 2, inner_max=32),
         choice_knob("input_at", ("tile", "root", "inline")),
@@ -49,13 +59,12 @@ def apply(task: Task, cfg: Config):
     cb = cfg["tile_c"][-1]
     if packed:
         sch.transform_layout(blk, ("write", 0), lambda a, b, h, w: (a, b // cb, h, w, b % cb))
-        sch.transform_layout(blk, ("read", 1), lambda b, one, h, w: (b // cb, h, w, one, b % cb))
+        _pack_weight(sch, blk, cb)
     outer = parallel_fused(sch, [n, c0, y0])
     sch.reverse_compute_at(acc, outer)
     sch.unroll(reg[0])
-    sch.vectorize(reg[1])
-    init = sch.decompose_reduction(blk, r)
-    sch.vectorize(sch.get_loops(init)[-1])
+    vectorize_loop(sch, reg[1])
+    decompose(sch, blk, r)
     vectorize_inner(sch, acc, VECTOR_LANES)
     _place_input(sch, blk, task, cfg["input_at"], cb if packed else 0, outer)
     annotate_unroll(sch, outer, cfg["auto_unroll"])
@@ -71,17 +80,26 @@ def _place_input(sch, blk, task: Task, where: str, cb: int, outer) -> None:
         return
     if where == "inline":
         raise ValueError("the packed variant cannot inline its input re-layout")
-    producer = sch.get_sblock("pad") if has_pad else sch.cache_read(blk, 0, "global")
-    if cb > 0:
-        sch.transform_layout(producer, ("write", 0), lambda a, b, h, w: (a, b // cb, h, w, b % cb))
+    producer = sch.get_sblock("pad") if has_pad else sch.cache_read(blk, "data", "global")
+    if cb > 0:  # [N, C, H, W] -> [N, C/cb, H, W, cb], iterated in that order (cb innermost)
+        index_map = lambda a, b, h, w: (a, b // cb, h, w, b % cb)  # noqa: E731
+        sch.transform_layout(producer, ("write", 0), index_map)
+        sch.transform_block_layout(producer, index_map)
     if where == "tile":
         sch.compute_at(producer, outer)
     else:
-        parallel_fused(sch, sch.get_loops(producer)[:2])
-    if cb > 0:
-        loops = sch.get_loops(producer)
-        sch.reorder(*loops[-3:], loops[-4])  # channel innermost: contiguous packed writes
+        parallel_fused(sch, sch.get_loops(producer)[:3])
     vectorize_inner(sch, producer, VECTOR_LANES)
+
+
+def _pack_weight(sch, blk, cb: int) -> None:
+    """Copy weight [C, 1, R, S] into [C/cb, R, S, 1, cb], in parallel over channel blocks."""
+    wpack = sch.cache_read(blk, "weight", "global")
+    sch.transform_layout(wpack, ("write", 0), lambda b, one, h, w: (b // cb, h, w, one, b % cb))
+    c, one, r, s = sch.get_loops(wpack)
+    co, ci = split(sch, c, (int(sch.get(c).extent) // cb, cb))
+    sch.reorder(co, one, r, s, ci)
+    sch.parallel(co)
 
 
 DEPTHWISE_CPU = Template("depthwise_conv2d_cpu", "depthwise_conv2d", "llvm", define_space, apply)

@@ -14,7 +14,17 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
 from .base import Template, prim_func
-from .common import VECTOR_LANES, annotate_unroll, parallel_fused, split, tile_knob, unroll_knob, vectorize_inner
+from .common import (
+    VECTOR_LANES,
+    annotate_unroll,
+    decompose,
+    parallel_fused,
+    split,
+    tile_knob,
+    unroll_knob,
+    vectorize_inner,
+    vectorize_loop,
+)
 
 REG_ROWS = 16  # register-tile rows (i2) at most
 REG_COLS = 64  # register-tile columns (j2) at most: 4 zmm registers per row
@@ -28,13 +38,14 @@ class Gemm:
     n: str
     k: str
     batch: str | None = None
+    b_name: str = "B"  # the second operand's buffer name
     b_transposed: bool = False  # B operand stored [N, K] (dense) instead of [K, N]
     pack_choices: tuple[str, ...] = ("none", "root")
 
 
 MATMUL = Gemm("M", "N", "K")
-DENSE = Gemm("batch", "out_features", "in_features", b_transposed=True, pack_choices=("root", "none"))
-BATCH_MATMUL = Gemm("M", "N", "K", batch="B")
+DENSE = Gemm("batch", "out_features", "in_features", b_name="W", b_transposed=True, pack_choices=("root", "none"))
+BATCH_MATMUL = Gemm("M", "N", "K", batch="B", b_name="Bm")
 
 
 def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
@@ -68,9 +79,8 @@ def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
     outer = parallel_fused(sch, [*outer_b, i0, j0])
     sch.reverse_compute_at(acc, outer)
     sch.unroll(i2)
-    sch.vectorize(j2)
-    init = sch.decompose_reduction(blk, k0)
-    sch.vectorize(sch.get_loops(init)[-1])
+    vectorize_loop(sch, j2)
+    decompose(sch, blk, k0)
     vectorize_inner(sch, acc, max(VECTOR_LANES, cfg["tile_j"][-1]))
     if packed is not None:
         _parallel_pack(sch, packed, gemm, cfg["tile_j"][-1])
@@ -80,7 +90,7 @@ def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
 
 def _pack_b(sch, blk, gemm: Gemm, jb: int):
     """Copy the B operand into [.., N/jb, K, jb] so a register tile's row of B is contiguous."""
-    packed = sch.cache_read(blk, 1, "global")
+    packed = sch.cache_read(blk, gemm.b_name, "global")
     if gemm.b_transposed:
         index_map = lambda jj, kk: (jj // jb, kk, jj % jb)  # noqa: E731  W[N, K]
     elif gemm.batch:
@@ -99,7 +109,7 @@ def _parallel_pack(sch, packed, gemm: Gemm, jb: int) -> None:
     jo, ji = split(sch, jj, (int(sch.get(jj).extent) // jb, jb))
     sch.reorder(*batch, jo, kk, ji)
     parallel_fused(sch, [*batch, jo])
-    sch.vectorize(ji)
+    vectorize_loop(sch, ji)
 
 
 def matmul_space(task: Task) -> ConfigSpace:

@@ -73,3 +73,16 @@ TOY_CONV2D = Template("tests.toy_conv2d", "conv2d", "llvm", _conv2d_space, _conv
 
 TOY_MATMUL_REF = "tests.toy_template:TOY_MATMUL"
 TOY_CONV2D_REF = "tests.toy_template:TOY_CONV2D"
+
+
+def toy_matmul_cost(task: Task, cfg: Config) -> float | None:
+    """A fake measurement (seconds) of a TOY_MATMUL config: a smooth bowl in the log tile sizes; None if illegal."""
+    import math
+
+    if cfg["vectorize"] == "inner" and cfg["tile_j"][1] > MAX_VECTOR:
+        return None
+    c = 1 + (math.log2(cfg["tile_i"][1]) - 3) ** 2 + 0.5 * (math.log2(cfg["tile_j"][1]) - 4) ** 2
+    c += 0.3 * (math.log2(cfg["tile_k"][1]) - 2) ** 2
+    c *= (0.5 if cfg["parallel"] == "outer" else 1.0) * (0.6 if cfg["vectorize"] == "inner" else 1.0)
+    c *= 1.0 - 0.1 * (0, 16, 64).index(cfg["unroll"])
+    return c * task.flops * 1e-11

@@ -1,0 +1,58 @@
+"""Build-only runs: propose configs, validate and compile them, measure nothing.
+
+What a machine without the target device (e.g. no GPU) can still check: how many configs
+pass the validity filter and how many compile.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .measure import LocalBuilder
+from .measure_types import ErrorKind, MeasureInput
+from .task import Task
+from .tuners.simple import RandomTuner
+
+
+@dataclass
+class BuildReport:
+    proposed: int = 0
+    built: int = 0
+    invalid: int = 0
+    compile_errors: int = 0
+    reasons: Counter = field(default_factory=Counter)  # rejection reasons, numbers masked
+
+    def summary(self) -> str:
+        why = "; ".join(f"{n} x {r}" for r, n in self.reasons.most_common(5))
+        return (f"{self.proposed} candidates: {self.proposed - self.invalid} valid, {self.invalid} invalid, "
+                f"{self.built} built, {self.compile_errors} failed to build" + (f"\nrejections: {why}" if why else ""))
+
+
+def build_only(task: Task, trials: int, template_ref: str, seed: int = 0, batch_size: int = 16,
+               build_timeout: float = 60.0) -> BuildReport:
+    import search_spaces
+
+    space = search_spaces.resolve(template_ref).define_space(task)
+    tuner = RandomTuner(task, space, template_ref, seed=seed)
+    report = BuildReport()
+    builder = LocalBuilder(timeout=build_timeout)
+    try:
+        while report.proposed < trials:
+            batch = tuner.next_batch(min(batch_size, trials - report.proposed))
+            if not batch:
+                break
+            inputs = [MeasureInput(task, space.get(i), template_ref) for i in batch]
+            for res in builder.build(inputs):
+                report.proposed += 1
+                if res.error is ErrorKind.INVALID_CONFIG:
+                    report.invalid += 1
+                    report.reasons[re.sub(r"\d+", "N", res.message)[:80]] += 1
+                elif res.error is None:
+                    report.built += 1
+                else:
+                    report.compile_errors += 1
+    finally:
+        builder.close()
+    return report

@@ -1,0 +1,232 @@
+"""Model-guided tuner: an XGBoost cost model scores configs, simulated annealing searches the space with it."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..measure_types import MeasureInput, MeasureResult
+from ..records import Record
+from ..space import ConfigSpace
+from ..task import Task
+
+POOL_SIZE = 256
+Scorer = Callable[[Sequence[int]], np.ndarray]
+
+
+def anneal(space: ConfigSpace, score: Scorer, starts: Sequence[int], steps: int, rng: np.random.Generator,
+           temperature: float = 1.0) -> dict[int, float]:
+    """Parallel simulated annealing from `starts` (one chain each); returns every visited index with its score.
+
+    The temperature starts at `temperature` times the spread of the start scores and falls linearly to 0;
+    a chain moves to a random neighbour when it scores higher, or with probability exp(delta / T).
+    """
+    chains = list(starts)
+    scores = score(chains)
+    visited = dict(zip(chains, scores.tolist()))
+    finite = scores[np.isfinite(scores)]
+    t0 = temperature * (float(finite.std()) if len(finite) > 1 and finite.std() > 0 else 1.0)
+    for step in range(steps):
+        temp = t0 * (1.0 - step / steps) + 1e-12
+        moves = [space.neighbour(c, rng) for c in chains]
+        new = score(moves)
+        visited.update(zip(moves, new.tolist()))
+        draws = rng.random(len(chains))
+        for c, (old_s, new_s) in enumerate(zip(scores, new)):
+            if new_s >= old_s or (np.isfinite(new_s) and draws[c] < math.exp((new_s - old_s) / temp)):
+                chains[c], scores[c] = moves[c], new_s
+    return visited
+
+
+def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, min_distance: int) -> list[int]:
+    """Best-scored indices, skipping any within `min_distance` knob changes of one already taken."""
+    ranked = sorted((i for i, s in candidates.items() if np.isfinite(s)), key=lambda i: (-candidates[i], i))
+    picked: list[int] = []
+    digits: list[np.ndarray] = []
+    for i in ranked:
+        if len(picked) == n:
+            break
+        d = np.asarray(space.digits(i))
+        if all(int((d != o).sum()) >= min_distance for o in digits):
+            picked.append(i)
+            digits.append(d)
+    if len(picked) < n:  # not enough distinct ones: fill with the best of the rest
+        taken = set(picked)
+        picked += [i for i in ranked if i not in taken][: n - len(picked)]
+    return picked
+
+
+class XGBTuner:
+    """Proposes the configs an XGBoost cost model predicts fastest, found by simulated annealing.
+
+    features: "loop" (TIR loop-nest features; transfer works across operators) or "knob" (config values).
+    transfer: records of other tasks that pre-train the model; the task's own records take over as they
+    arrive (own rows weigh `n_transfer / transfer_halflife` each, so at `transfer_halflife` own records
+    both weigh the same). cost_model: path of a saved model whose trees the new ones are added to.
+    batch_size: configs planned per model refresh; next_batch serves from that plan until update().
+    explore: share of each batch drawn at random. min_distance: knob changes between two configs of one batch.
+    """
+
+    def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0, features: str = "loop",
+                 transfer: Iterable[Record] = (), cost_model: str | None = None, batch_size: int | None = None,
+                 objective: str = "rank", explore: float = 0.15, sa_chains: int = 16, sa_steps: int = 24,
+                 sa_temperature: float = 1.0, min_distance: int = 2, transfer_halflife: int = 64,
+                 transfer_max_per_task: int = 512, n_rounds: int = 60, cache=None):
+        import search_spaces
+        from cost_models.features import KINDS, FeatureCache
+
+        if features not in KINDS:
+            raise ValueError(f"unknown feature kind {features!r}; choose one of {', '.join(KINDS)}")
+        self.task, self.space, self.template_ref = task, space, template_ref
+        self.template = search_spaces.resolve(template_ref)
+        self.features, self.objective, self.seed = features, objective, seed
+        self.batch_size = batch_size
+        self.explore, self.min_distance = explore, min_distance
+        self.sa_chains, self.sa_steps, self.sa_temperature = sa_chains, sa_steps, sa_temperature
+        self.transfer_halflife, self.n_rounds = transfer_halflife, n_rounds
+        self.cache = cache if cache is not None else FeatureCache()
+        self._rng = np.random.default_rng(seed)
+        self._proposed: set[int] = set()
+        self._invalid: set[int] = set()  # the template rejects them: never proposed
+        self._own: dict[int, float] = {}  # index -> best throughput measured (0 for errors)
+        self._plan: list[int] = []
+        self._pool: list[int] = []  # good unproposed points of the last search, rescored as next start points
+        self._model = None
+        self._stale = True  # the model has not seen the latest data
+        self._base = self._load_base(cost_model)
+        self._transfer = self._transfer_data(transfer, transfer_max_per_task)
+
+    # ---- data ---------------------------------------------------------------------------
+
+    def _load_base(self, path: str | None):
+        if path is None:
+            return None
+        from cost_models.xgb_model import XGBCostModel
+
+        model = XGBCostModel.load(path)
+        if model.features != self.features:
+            raise ValueError(f"cost model {path} was trained on {model.features} features, not {self.features}")
+        return model
+
+    def _transfer_data(self, records: Iterable[Record], max_per_task: int):
+        from cost_models.dataset import records_dataset
+
+        others = [r for r in records if r.task.key != self.task.key
+                  and (self.features == "loop" or r.input.template == self.template_ref)]
+        if not others:
+            return None
+        data = records_dataset(others, self.features, max_per_task, self.seed, self.cache)
+        if len(data) and data.X.shape[1] != self._features([]).shape[1]:
+            raise ValueError("transfer records have features of another length than this task's")
+        return data if len(data) else None
+
+    def _features(self, indices: Sequence[int]) -> np.ndarray:
+        from cost_models.features import extract
+
+        return extract(self.task, self.template, self.space, indices, self.features, self.cache)
+
+    def _score(self, indices: Sequence[int]) -> np.ndarray:
+        X = self._features(indices)
+        bad = ~np.isfinite(X).all(axis=1)
+        self._invalid.update(i for i, b in zip(indices, bad) if b)
+        return self._model.predict(X)
+
+    def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """Add this task's measurements; the model is refitted before the next proposal."""
+        from cost_models.dataset import throughput
+
+        for inp, res in zip(inputs, results):
+            if inp.task.key != self.task.key:
+                continue
+            index = inp.config.index
+            self._own[index] = max(self._own.get(index, 0.0), throughput(res))
+            self._proposed.add(index)
+        self._stale = True
+        self._plan = []
+
+    def _refit(self) -> None:
+        """Fit on own rows (weighted) plus transfer rows, on top of the loaded model if any."""
+        from cost_models.xgb_model import XGBCostModel
+
+        self._stale = False
+        indices = sorted(self._own)
+        X = self._features(indices)
+        ok = np.isfinite(X).all(axis=1)
+        self._invalid.update(i for i, good in zip(indices, ok) if not good)
+        X, y = X[ok], np.array([self._own[i] for i in indices])[ok]
+        own_informative = len(np.unique(y)) >= 2
+        if not own_informative and self._transfer is None:
+            self._model = self._base  # None: random proposals until two measurements differ
+            return
+        n_transfer = len(self._transfer) if self._transfer is not None else 0
+        own_weight = max(1.0, n_transfer / self.transfer_halflife)
+        parts = [(X, y, np.zeros(len(y), int), np.full(len(y), own_weight))] if own_informative else []
+        if self._transfer is not None:
+            t = self._transfer
+            parts.append((t.X, t.y, t.groups + 1, np.ones(len(t))))
+        Xs, ys, gs, ws = (np.concatenate(p) for p in zip(*parts))
+        model = XGBCostModel(objective=self.objective, features=self.features, n_rounds=self.n_rounds,
+                             seed=self.seed)
+        self._model = model.fit(Xs, ys, gs, ws, init_model=self._base)
+
+    @property
+    def model(self):
+        """The cost model fitted to all data so far (None while proposals are random); save() it to reuse it."""
+        if self._stale:
+            self._refit()
+        return self._model
+
+    # ---- proposals ----------------------------------------------------------------------
+
+    def next_batch(self, n: int) -> list[int]:
+        """Up to n new indices: model-guided picks plus a few random ones (all random before any data)."""
+        if n <= 0:
+            return []
+        if len(self._plan) < n:  # update() empties the plan, so a plan never outlives the model it came from
+            self._plan = self._make_plan(max(n, self.batch_size or 0))
+        batch, self._plan = self._plan[:n], self._plan[n:]
+        self._proposed.update(batch)
+        return batch
+
+    def _make_plan(self, n: int) -> list[int]:
+        if self.model is None:
+            return self._random(n, set())
+        n_random = int(self.explore * n) + int(self._rng.random() < self.explore * n % 1)
+        n_model = n - n_random
+        starts = self._starts()
+        visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
+        fresh = {i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid}
+        self._pool = sorted(fresh, key=lambda i: (-fresh[i], i))[: POOL_SIZE]
+        picked = diverse_top(fresh, n_model, self.space, self.min_distance)
+        return picked + self._random(n - len(picked), set(picked))
+
+    def _starts(self) -> list[int]:
+        """The best measured configs for up to half the chains; the others start from the best-scored of
+        earlier searches' unproposed points and a fresh random sample (as many as there are chains)."""
+        best = sorted((i for i, t in self._own.items() if t > 0 and i not in self._invalid),
+                      key=lambda i: (-self._own[i], i))[: self.sa_chains // 2]
+        pool = [i for i in self._pool if i not in self._proposed and i not in self._invalid]
+        pool += self.space.sample(self._rng, self.sa_chains, exclude=set(best) | set(pool) | self._proposed)
+        scores = self._score(pool)
+        order = sorted(range(len(pool)), key=lambda k: (-scores[k], pool[k]))
+        return best + [pool[k] for k in order[: self.sa_chains - len(best)]]
+
+    def _random(self, n: int, taken: set[int]) -> list[int]:
+        """n random indices never proposed; with loop features, only configs the template accepts."""
+        out: list[int] = []
+        for _ in range(8):
+            if len(out) >= n:
+                break
+            exclude = self._proposed | self._invalid | taken | set(out)
+            cands = self.space.sample(self._rng, 2 * (n - len(out)), exclude=exclude)
+            if not cands:
+                break
+            cands = [cands[k] for k in self._rng.permutation(len(cands))]
+            if self.features == "loop":
+                ok = np.isfinite(self._features(cands)).all(axis=1)
+                self._invalid.update(i for i, good in zip(cands, ok) if not good)
+                cands = [i for i, good in zip(cands, ok) if good]
+            out += cands[: n - len(out)]
+        return out

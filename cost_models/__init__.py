@@ -1,0 +1,8 @@
+"""Learned cost models: features of candidate configs, an XGBoost model, training from tuning logs."""
+
+from .dataset import Dataset, records_dataset, throughput, train_from_records
+from .features import DEFAULT_CACHE, KINDS, LOOP_DIM, FeatureCache, extract, feature_dim, valid_rows
+from .xgb_model import XGBCostModel, relative_throughput
+
+__all__ = ["Dataset", "records_dataset", "throughput", "train_from_records", "DEFAULT_CACHE", "KINDS", "LOOP_DIM",
+           "FeatureCache", "extract", "feature_dim", "valid_rows", "XGBCostModel", "relative_throughput"]

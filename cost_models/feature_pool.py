@@ -1,0 +1,70 @@
+"""Loop features computed in worker processes: template `apply` is Python and holds the GIL, so threads do not help."""
+
+from __future__ import annotations
+
+import multiprocessing
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from autotune.space import Config
+from autotune.task import Task
+
+from .features import loop_rows, prepare_loop_features
+
+if TYPE_CHECKING:
+    from search_spaces.base import Template
+
+
+def _warm_up() -> None:
+    """Import TVM and build the extractor once per worker, before the first real batch."""
+    prepare_loop_features(threads=1)
+
+
+def _rows(task: Task, template: Template, configs: Sequence[Config]) -> list[np.ndarray]:
+    return loop_rows(task, template, configs, threads=1)
+
+
+class FeaturePool:
+    """Spawned processes that split each batch of at least `min_batch` configs; smaller ones run in process.
+
+    Any failure of the pool (a template that cannot be pickled, a dead worker) falls back to this
+    process for good, with one warning: features never depend on where they were computed.
+    """
+
+    def __init__(self, workers: int = 2, min_batch: int = 8):
+        self.workers, self.min_batch = workers, min_batch
+        ctx = multiprocessing.get_context("spawn")  # fork can hang once TVM's thread pool has run
+        self._executor: ProcessPoolExecutor | None = ProcessPoolExecutor(workers, mp_context=ctx,
+                                                                         initializer=_warm_up)
+        for _ in range(workers):  # start the workers now: they import TVM while the caller does other work
+            self._executor.submit(int, 0)
+
+    def rows(self, task: Task, template: Template, configs: Sequence[Config]) -> list[np.ndarray]:
+        if self._executor is None or len(configs) < self.min_batch:
+            return loop_rows(task, template, configs)
+        chunks = [list(configs[k::self.workers]) for k in range(self.workers)]
+        try:
+            parts = list(self._executor.map(_rows, [task] * self.workers, [template] * self.workers, chunks))
+        except Exception as err:  # pickling or worker failure: compute here from now on
+            warnings.warn(f"feature worker processes failed ({type(err).__name__}: {err}); "
+                          "computing features in this process", stacklevel=2)
+            self.close()
+            return loop_rows(task, template, configs)
+        out: list[np.ndarray] = [np.empty(0)] * len(configs)
+        for k, part in enumerate(parts):
+            out[k::self.workers] = part
+        return out
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    def __enter__(self) -> FeaturePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,127 @@
+"""CUDA template for the GEMM family (matmul, dense, batch_matmul), one schedule for all three.
+
+Loop structure of block "C" (SSS RRR SS, as AutoTVM's dense_large_batch and MetaSchedule's GPU rule):
+  [batch] i0 j0 (blockIdx) | i1 j1 (vthread) | i2 j2 (threadIdx) | k0 k1 k2 | i3 j3 (registers)
+At k0 both operand tiles (BM x BK and BK x BN) are copied to shared memory by all threads of the
+block (optionally with float2/float4 loads); at k2 each thread copies its row/column fragments to
+registers; the accumulator is a per-thread local array written back after the reduction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
+from autotune.space import Config, ConfigSpace
+from autotune.task import Task
+
+from .base import Template, prim_func
+from .cuda_common import (
+    FLOAT_BYTES,
+    accumulate_locally,
+    annotate_unroll,
+    bind_levels,
+    block_tile,
+    cooperative_fetch,
+    fetch_vector_knob,
+    gpu_tile_knob,
+    reduce_tile_knob,
+    split,
+    thread_tile,
+    unroll_knobs,
+    vector_problem,
+)
+
+MAX_BK = 64  # shared tile depth: 128 x 64 x 2 operands already fills 64 KiB
+MAX_K_INNER = 16  # k2, the reduction steps between two register fetches
+
+
+@dataclass(frozen=True)
+class CudaGemm:
+    """How an operator maps onto C[b, i, j] = sum_k A[b, i, k] * B'[b, k, j]."""
+
+    m: str
+    n: str
+    k: str
+    batch: str | None = None
+    b_transposed: bool = False  # second operand stored [N, K] (dense's W) instead of [K, N]
+
+
+MATMUL = CudaGemm("M", "N", "K")
+DENSE = CudaGemm("batch", "out_features", "in_features", b_transposed=True)
+BATCH_MATMUL = CudaGemm("M", "N", "K", batch="B")
+
+
+def define_gemm_space(gemm: CudaGemm, task: Task) -> ConfigSpace:
+    """4-level tiles of i and j, 3-level tile of k, fetch vector width, unrolling."""
+    p = task.shape
+    return ConfigSpace(knobs=(
+        gpu_tile_knob("tile_i", p[gemm.m]),
+        gpu_tile_knob("tile_j", p[gemm.n]),
+        reduce_tile_knob("tile_k", p[gemm.k], 3, max_tile=MAX_BK, max_inner=MAX_K_INNER),
+        fetch_vector_knob(),
+        *unroll_knobs(),
+    ))
+
+
+def apply_gemm(gemm: CudaGemm, task: Task, cfg: Config):
+    """Build the schedule of one config (raises on an illegal one)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(prim_func(task))
+    blk = sch.get_sblock("C")
+    loops = sch.get_loops(blk)
+    batch, (i, j, k) = loops[:-3], loops[-3:]
+    i0, i1, i2, i3 = split(sch, i, cfg["tile_i"])
+    j0, j1, j2, j3 = split(sch, j, cfg["tile_j"])
+    k0, k1, k2 = split(sch, k, cfg["tile_k"])
+    sch.reorder(*batch, i0, j0, i1, j1, i2, j2, k0, k1, k2, i3, j3)
+    bind_levels(sch, [*batch, i0, j0], [i1, j1], [i2, j2])
+    accumulate_locally(sch, blk, j2)
+    threads = (cfg["tile_i"][2], cfg["tile_j"][2])
+    for operand in (0, 1):  # read index 0 = A (or X), 1 = B (or W); stays valid after each cache_read
+        cooperative_fetch(sch, blk, operand, k0, threads, cfg["fetch_vec"])
+    for operand in (0, 1):
+        sch.compute_at(sch.cache_read(blk, operand, "local"), k2)
+    sch.decompose_reduction(blk, k0)
+    annotate_unroll(sch, (batch or [i0])[0], cfg["auto_unroll"], cfg["unroll_explicit"])
+    return sch
+
+
+def gemm_resources(gemm: CudaGemm, task: Task, cfg: Config) -> KernelResources:
+    """Threads, shared memory, registers and legality of one config, from its knobs alone."""
+    p = task.shape
+    ti, tj, tk = cfg["tile_i"], cfg["tile_j"], cfg["tile_k"]
+    bm, bn, bk = block_tile(ti), block_tile(tj), tk[1] * tk[2]
+    vec = cfg["fetch_vec"]
+    b_row = (bk, p[gemm.k]) if gemm.b_transposed else (bn, p[gemm.n])
+    illegal = vector_problem("A", bk, p[gemm.k], vec) or vector_problem("B", *b_row, vec)
+    rm, rn = thread_tile(ti), thread_tile(tj)
+    return KernelResources(
+        block=(tj[2], ti[2], 1), grid=(tj[0], ti[0], p[gemm.batch] if gemm.batch else 1),
+        shared_bytes=(bm * bk + bk * bn) * FLOAT_BYTES,
+        registers=rm * rn + rm + rn + vec + REGISTER_OVERHEAD,
+        vthreads=ti[1] * tj[1], illegal=illegal)
+
+
+_GEMMS = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}
+
+
+def gemm_space(task: Task) -> ConfigSpace:
+    """Space of a GEMM-family task (the operator comes from the task)."""
+    return define_gemm_space(_GEMMS[task.op], task)
+
+
+def gemm_apply(task: Task, cfg: Config):
+    """Schedule of one config of a GEMM-family task."""
+    return apply_gemm(_GEMMS[task.op], task, cfg)
+
+
+def kernel_resources(task: Task, cfg: Config) -> KernelResources:
+    """What a config of a GEMM-family task asks of the GPU (read by gpu_limits.check_config)."""
+    return gemm_resources(_GEMMS[task.op], task, cfg)
+
+
+MATMUL_CUDA = Template("matmul_cuda", "matmul", "cuda", gemm_space, gemm_apply)
+DENSE_CUDA = Template("dense_cuda", "dense", "cuda", gemm_space, gemm_apply)
+BATCH_MATMUL_CUDA = Template("batch_matmul_cuda", "batch_matmul", "cuda", gemm_space, gemm_apply)

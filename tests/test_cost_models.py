@@ -1,0 +1,168 @@
+"""Features, the XGBoost cost model and training from records (no builds, no GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
+from autotune.records import Record
+from autotune.task import make_task
+from cost_models import (LOOP_DIM, FeatureCache, XGBCostModel, extract, feature_dim, records_dataset,
+                         relative_throughput, train_from_records, valid_rows)
+from search_spaces.base import Template
+from tests.toy_template import (TOY_CONV2D, TOY_MATMUL, TOY_MATMUL_REF, _matmul_apply, _matmul_space,
+                                toy_matmul_cost)
+
+MM = make_task("matmul", {"M": 256, "N": 256, "K": 256})
+MM2 = make_task("matmul", {"M": 64, "N": 512, "K": 128})
+CONV = make_task("conv2d", {"C": 16, "H": 14, "W": 14, "K": 32, "R": 3, "S": 3, "padding": 1})
+
+
+def _valid_indices(task, template, n: int, seed: int = 0) -> list[int]:
+    space = template.define_space(task)
+    return space.sample(np.random.default_rng(seed), n)
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _record(task, index: int, ref: str = TOY_MATMUL_REF, template=TOY_MATMUL) -> Record:
+    cfg = template.define_space(task).get(index)
+    cost = toy_matmul_cost(task, cfg)
+    res = (MeasureResult((cost,), None, "", 0.0, 0.0) if cost is not None
+           else MeasureResult(None, ErrorKind.INVALID_CONFIG, "too wide", 0.0, 0.0))
+    return Record(MeasureInput(task, cfg, ref), res, template.version, 1, {})
+
+
+# ---- features ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("task,template", [(MM, TOY_MATMUL), (MM2, TOY_MATMUL), (CONV, TOY_CONV2D)])
+def test_loop_features_have_one_length_for_every_task_and_operator(task, template):
+    space = template.define_space(task)
+    X = extract(task, template, space, _valid_indices(task, template, 12), "loop", FeatureCache())
+    assert X.shape == (12, LOOP_DIM) == (12, feature_dim("loop"))
+    assert X.dtype == np.float32
+    ok = valid_rows(X)
+    assert ok.sum() >= 6 and np.isfinite(X[ok]).all()
+    assert len({tuple(r) for r in X[ok]}) > 1  # different configs look different
+
+
+def test_illegal_config_gets_a_nan_row():
+    space = TOY_MATMUL.define_space(MM)
+    illegal = next(i for i in range(len(space)) if toy_matmul_cost(MM, space.get(i)) is None)
+    legal = next(i for i in range(len(space)) if toy_matmul_cost(MM, space.get(i)) is not None)
+    X = extract(MM, TOY_MATMUL, space, [illegal, legal], "loop", FeatureCache())
+    assert valid_rows(X).tolist() == [False, True]
+
+
+def test_knob_features_match_the_space():
+    space = TOY_MATMUL.define_space(MM)
+    X = extract(MM, TOY_MATMUL, space, [0, 5, 7], "knob", FeatureCache())
+    assert X.shape == (3, feature_dim("knob", space))
+    np.testing.assert_array_equal(X[1], np.asarray(space.knob_features(5), dtype=np.float32))
+
+
+def test_cache_makes_repeated_extraction_free():
+    calls: list[int] = []
+
+    def counting_apply(task, cfg):
+        calls.append(1)
+        return _matmul_apply(task, cfg)
+
+    template = Template("tests.counting_matmul", "matmul", "llvm", _matmul_space, counting_apply)
+    space = template.define_space(MM)
+    cache = FeatureCache()
+    idx = _valid_indices(MM, template, 8)
+    first = extract(MM, template, space, idx, "loop", cache)
+    assert len(calls) == 8 and len(cache) == 8
+    again = extract(MM, template, space, idx[::-1] + idx[:2], "loop", cache)
+    assert len(calls) == 8  # nothing recomputed
+    np.testing.assert_array_equal(again[: len(idx)], first[::-1])
+    extract(MM2, template, template.define_space(MM2), idx[:3], "loop", cache)
+    assert len(calls) == 11  # another task has its own rows
+
+
+def test_bounded_cache_evicts_oldest_rows():
+    cache = FeatureCache(max_rows_per_key=4)
+    space = TOY_MATMUL.define_space(MM)
+    X = extract(MM, TOY_MATMUL, space, list(range(6)), "knob", cache)
+    assert len(cache) == 4 and X.shape[0] == 6
+
+
+# ---- model ------------------------------------------------------------------------------
+
+def _synthetic(n: int, n_groups: int, seed: int):
+    """Rows whose throughput is a known function of the features; each group has its own speed scale."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, 12)).astype(np.float32)
+    groups = rng.integers(0, n_groups, n)
+    cost = np.exp(2 * X[:, 0] - 1.5 * X[:, 1] + X[:, 2] * X[:, 3]) * (1 + 3 * groups)
+    return X, 1.0 / cost, groups
+
+
+@pytest.mark.parametrize("objective", ["rank", "reg"])
+def test_model_ranks_configs_of_unseen_groups(objective):
+    X, y, g = _synthetic(600, 4, seed=0)
+    Xt, yt, gt = _synthetic(300, 2, seed=1)
+    model = XGBCostModel(objective=objective, seed=0).fit(X, y, g)
+    pred = model.predict(Xt)
+    for k in range(2):
+        assert _spearman(pred[gt == k], yt[gt == k]) > 0.8
+
+
+def test_model_save_load_round_trip(tmp_path):
+    X, y, g = _synthetic(300, 3, seed=2)
+    model = XGBCostModel(objective="rank", n_rounds=20, seed=3).fit(X, y, g)
+    path = tmp_path / "model.json"
+    model.save(path)
+    loaded = XGBCostModel.load(path)
+    assert loaded.get_params() == model.get_params()
+    assert loaded.n_features_in_ == 12 and loaded.n_samples_ == 300
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+
+
+def test_model_fit_is_deterministic_and_skips_nan_rows():
+    X, y, g = _synthetic(200, 2, seed=4)
+    X[:5] = np.nan
+    a = XGBCostModel(seed=7, n_rounds=15).fit(X, y, g)
+    b = XGBCostModel(seed=7, n_rounds=15).fit(X, y, g)
+    np.testing.assert_array_equal(a.predict(X[5:]), b.predict(X[5:]))
+    assert a.n_samples_ == 195
+    assert np.isneginf(a.predict(X[:5])).all()
+
+
+def test_continued_fit_keeps_the_initial_trees():
+    X, y, g = _synthetic(200, 2, seed=5)
+    base = XGBCostModel(n_rounds=10).fit(X, y, g)
+    more = XGBCostModel(n_rounds=5).fit(X[:50], y[:50], g[:50], init_model=base)
+    assert more.booster_.num_boosted_rounds() == 15
+
+
+def test_relative_throughput_is_per_group():
+    y = np.array([1.0, 2.0, 0.0, 10.0, 5.0])
+    g = np.array([0, 0, 0, 1, 1])
+    np.testing.assert_allclose(relative_throughput(y, g), [0.5, 1.0, 0.0, 1.0, 0.5])
+
+
+# ---- training from records --------------------------------------------------------------
+
+def test_train_from_records_of_two_tasks(tmp_path):
+    recs = [_record(t, i) for t in (MM, MM2) for i in _valid_indices(t, TOY_MATMUL, 40, seed=1)]
+    data = records_dataset(recs, "loop", cache=FeatureCache())
+    assert data.X.shape[1] == LOOP_DIM and set(data.groups.tolist()) == {0, 1}
+    assert len(data) < len(recs)  # illegal configs have no features
+    model = train_from_records(recs, features="loop", n_rounds=20)
+    assert model.features == "loop" and model.n_features_in_ == LOOP_DIM
+    model.save(tmp_path / "m.json")
+    assert XGBCostModel.load(tmp_path / "m.json").features == "loop"
+
+
+def test_records_of_another_template_version_are_skipped():
+    rec = _record(MM, 3)
+    stale = Record(rec.input, rec.result, "0123456789ab", 1, {})
+    with pytest.warns(UserWarning, match="other versions"):
+        data = records_dataset([stale], "knob", cache=FeatureCache())
+    assert len(data) == 0

@@ -1,0 +1,192 @@
+"""CUDA templates: configs compile to CUDA source that matches their knobs; the limits filter is right.
+
+Runs without a GPU: `tvm.compile` for a CUDA target only generates source here. The numeric
+check at the end runs only where `tvm.cuda(0).exist`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from autotune.gpu_limits import KernelResources, check_config, check_resources, compute_capability, limits_for
+from autotune.ops import check_output, random_inputs, reduction_size
+from autotune.space import Config
+from autotune.target import to_tvm_target
+from autotune.task import Task, make_task
+from search_spaces.base import Template
+from search_spaces.cuda_conv2d import CONV2D_CUDA
+from search_spaces.cuda_depthwise import DEPTHWISE_CUDA
+from search_spaces.cuda_gemm import BATCH_MATMUL_CUDA, DENSE_CUDA, MATMUL_CUDA
+from search_spaces.matmul import MATMUL_CPU
+
+UNROLL = {"auto_unroll": 512, "unroll_explicit": True}
+MM_1024 = "M=1024,N=1024,K=1024"
+CONV_56 = "C=64,H=56,W=56,K=64,R=3,S=3,padding=1"
+# 128 x 128 block tile, 16 x 16 threads, 8 x 8 outputs per thread (2 x 2 vthreads of 4 x 4), BK 32
+GOOD_MATMUL = {"tile_i": (8, 2, 16, 4), "tile_j": (8, 2, 16, 4), "tile_k": (32, 4, 8), "fetch_vec": 4, **UNROLL}
+GOOD_CONV = {"tile_k": (4, 2, 4, 2), "tile_y": (7, 1, 8, 1), "tile_x": (4, 1, 14, 1), "tile_c": (16, 4),
+             "tile_r": (1, 3), "tile_s": (1, 3), **UNROLL}
+
+TEMPLATES = {"matmul": MATMUL_CUDA, "dense": DENSE_CUDA, "batch_matmul": BATCH_MATMUL_CUDA,
+             "conv2d": CONV2D_CUDA, "depthwise_conv2d": DEPTHWISE_CUDA}
+CASES = [
+    ("matmul", MM_1024),
+    ("matmul", "M=17,N=33,K=19"),
+    ("dense", "batch=64,in_features=512,out_features=1000"),
+    ("dense", "batch=1,in_features=37,out_features=64"),
+    ("batch_matmul", "B=4,M=128,N=96,K=64"),
+    ("batch_matmul", "B=3,M=17,N=32,K=9"),
+    ("conv2d", CONV_56),
+    ("conv2d", "C=16,H=12,W=12,K=32,R=3,S=3,stride=2,padding=2,dilation=2"),
+    ("conv2d", "N=2,C=8,H=9,W=9,K=16,R=1,S=1"),
+    ("depthwise_conv2d", "C=64,H=56,W=56,R=3,S=3,padding=1"),
+    ("depthwise_conv2d", "N=2,C=7,H=9,W=9,R=3,S=3"),
+]
+CONFIGS_PER_CASE = 3
+SHARED_ARRAY = re.compile(r"__shared__[^;]*?\bfloat (\w+?)(?:_ptr)?\[(\d+)\]")
+
+
+def _task(op: str, shape: str) -> Task:
+    return make_task(op, shape, target="cuda", arch="sm_90")
+
+
+def _valid_configs(template: Template, task: Task, n: int, seed: int = 0) -> list[Config]:
+    """The first `n` random configs of the space that pass the limits filter."""
+    space = template.define_space(task)
+    configs = [space.get(i) for i in space.sample(np.random.default_rng(seed), 40 * n)]
+    return [c for c in configs if check_config(task, template, c) is None][:n]
+
+
+def _cuda_source(template: Template, task: Task, cfg: Config) -> str:
+    import tvm
+
+    ex = tvm.compile(template.apply(task, cfg).mod, target=to_tvm_target(task.target))
+    return ex.mod.imports[0].inspect_source()
+
+
+def _resources(template: Template, task: Task, cfg: Config) -> KernelResources:
+    import importlib
+
+    return importlib.import_module(template.apply.__module__).kernel_resources(task, cfg)
+
+
+def _check_source(src: str, res: KernelResources) -> None:
+    """The kernel's launch bounds, shared arrays and barriers are what the knobs promise."""
+    assert f"__launch_bounds__({res.threads})" in src or res.threads == 1
+    assert "threadIdx.x" in src or res.block[0] == 1
+    shared = sum(int(size) for _, size in SHARED_ARRAY.findall(src)) * 4
+    assert shared == res.shared_bytes, (shared, res)
+    assert ("__syncthreads" in src) == (res.shared_bytes > 0)
+    assert "blockIdx" in src or res.grid == (1, 1, 1)
+
+
+@pytest.mark.parametrize("op,shape", CASES)
+def test_random_valid_configs_compile_to_matching_cuda(op: str, shape: str) -> None:
+    task = _task(op, shape)
+    template = TEMPLATES[op]
+    configs = _valid_configs(template, task, CONFIGS_PER_CASE)
+    assert configs, "no config of the space passes the limits filter"
+    for cfg in configs:
+        _check_source(_cuda_source(template, task, cfg), _resources(template, task, cfg))
+
+
+@pytest.mark.parametrize("op,shape,knobs", [("matmul", MM_1024, GOOD_MATMUL), ("conv2d", CONV_56, GOOD_CONV)])
+def test_fast_configs_are_in_the_space_and_valid(op: str, shape: str, knobs: dict) -> None:
+    task = _task(op, shape)
+    template = TEMPLATES[op]
+    space = template.define_space(task)
+    for name, value in knobs.items():
+        assert value in space[name].candidates, name
+    cfg = Config(0, knobs)
+    assert check_config(task, template, cfg) is None
+    src = _cuda_source(template, task, cfg)
+    _check_source(src, _resources(template, task, cfg))
+
+
+def test_good_matmul_kernel_uses_vector_loads_and_register_tiles() -> None:
+    task = _task("matmul", MM_1024)
+    src = _cuda_source(MATMUL_CUDA, task, Config(0, GOOD_MATMUL))
+    assert "__launch_bounds__(256)" in src
+    assert sorted(SHARED_ARRAY.findall(src)) == [("A_shared", "4096"), ("B_shared", "4096")]
+    assert "float4" in src
+    assert re.search(r"float C_local\w*\[64\]", src)
+
+
+def test_conv2d_pad_is_inlined_into_the_shared_copy() -> None:
+    src = _cuda_source(CONV2D_CUDA, _task("conv2d", CONV_56), Config(0, GOOD_CONV))
+    # c1 = 4 channels x (8 + 2) rows x (14 + 2) cols of padded input; 16 x 4 x 3 x 3 weights
+    assert sorted(SHARED_ARRAY.findall(src)) == [("pad_shared", "640"), ("weight_shared", "576")]
+    assert "pad_ptr" not in src  # no global padded copy
+
+
+def test_filter_rejects_too_many_threads() -> None:
+    task = _task("conv2d", CONV_56)
+    knobs = {**GOOD_CONV, "tile_k": (1, 1, 16, 4), "tile_y": (1, 1, 14, 4), "tile_x": (1, 1, 14, 4)}
+    assert "threads per block" in check_config(task, CONV2D_CUDA, Config(0, knobs))
+
+
+def test_filter_rejects_too_much_shared_memory() -> None:
+    task = _task("matmul", MM_1024)
+    knobs = {**GOOD_MATMUL, "tile_k": (16, 8, 8)}  # 128 x 64 x 2 floats = 64 KiB
+    assert "shared memory" in check_config(task, MATMUL_CUDA, Config(0, knobs))
+
+
+def test_filter_rejects_register_spills_and_bad_vectors() -> None:
+    task = _task("matmul", MM_1024)
+    big = {**GOOD_MATMUL, "tile_i": (4, 2, 16, 8), "tile_j": (4, 2, 16, 8), "tile_k": (128, 2, 4)}
+    assert "registers" in check_config(task, MATMUL_CUDA, Config(0, big))
+    odd = _task("matmul", "M=64,N=64,K=30")
+    bad_vec = {**GOOD_MATMUL, "tile_i": (1, 1, 16, 4), "tile_j": (1, 1, 16, 4), "tile_k": (5, 3, 2)}
+    assert "fetch vector" in check_config(odd, MATMUL_CUDA, Config(0, bad_vec))
+
+
+def test_filter_ignores_cpu_templates() -> None:
+    task = make_task("matmul", "M=64,N=64,K=64")
+    space = MATMUL_CPU.define_space(task)
+    assert check_config(task, MATMUL_CPU, space.get(0)) is None
+
+
+def test_limits_per_arch() -> None:
+    assert compute_capability("sm_90a") == 90
+    assert limits_for("sm_90").max_shared_optin == 227 * 1024
+    assert limits_for("sm_80").max_shared_bytes == 48 * 1024  # static shared memory: what TVM emits
+    with pytest.raises(ValueError):
+        limits_for("gfx90a")
+    fits = KernelResources(block=(16, 16, 1), grid=(8, 8, 1), shared_bytes=32768, registers=128)
+    assert check_resources(fits, limits_for("sm_90")) is None
+    deep = KernelResources(block=(1, 1, 128), grid=(1, 1, 1), shared_bytes=0, registers=32)
+    assert "threadIdx.z" in check_resources(deep, limits_for("sm_90"))
+
+
+def test_nvcc_compiles_generated_kernel_to_ptx() -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found on PATH")
+    import tvm
+    from tvm.support import nvcc
+
+    src = _cuda_source(MATMUL_CUDA, _task("matmul", MM_1024), Config(0, GOOD_MATMUL))
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
+        ptx = nvcc.compile_cuda(src, target_format="ptx", arch="sm_90", compiler="nvcc")
+    assert b".entry main_kernel" in bytes(ptx)
+
+
+@pytest.mark.parametrize("op,shape", [CASES[1], CASES[3], CASES[5], CASES[7], CASES[10]])
+def test_random_configs_are_numerically_correct_on_gpu(op: str, shape: str) -> None:
+    import tvm
+
+    if not tvm.cuda(0).exist:
+        pytest.skip("no CUDA device: numeric checks run on a GPU machine")
+    task, template = _task(op, shape), TEMPLATES[op]
+    inputs = random_inputs(task.opdef, task.shape, task.dtype)
+    ref = task.opdef.reference(task.shape, inputs)
+    dev = tvm.cuda(0)
+    for cfg in _valid_configs(template, task, CONFIGS_PER_CASE):
+        ex = tvm.compile(template.apply(task, cfg).mod, target=to_tvm_target(task.target))
+        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        out = tvm.runtime.empty(ref.shape, task.dtype, dev)
+        ex(*args, out)
+        assert check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape)) is None, cfg.knobs

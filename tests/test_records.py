@@ -1,0 +1,53 @@
+import json
+
+import pytest
+
+from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
+from autotune.records import LogReadStats, LogWriter, Record, best_record, load_records
+from autotune.space import ConfigSpace, split_knob
+
+
+def _rec(task, index, cost=None, error=None):
+    space = ConfigSpace((split_knob("i", 64, 2),))
+    res = MeasureResult((cost,) if cost is not None else None, error, "boom" if error else "", 0.1, 1.0)
+    return Record(MeasureInput(task, space.get(index), "m:T"), res, "v1", 2, {"autotune": "0"})
+
+
+def test_round_trip(tmp_path, small_matmul):
+    log = tmp_path / "a.jsonl"
+    with LogWriter(log) as w:
+        w.write(_rec(small_matmul, 1, 1e-3))
+        w.write(_rec(small_matmul, 2, error=ErrorKind.WRONG_ANSWER))
+    recs = load_records(log)
+    assert [r.input.config.index for r in recs] == [1, 2]
+    assert recs[0].result.costs == (1e-3,) and recs[1].result.error is ErrorKind.WRONG_ANSWER
+    assert recs[0].task == small_matmul and recs[0].threads == 2
+    d = json.loads(log.read_text().splitlines()[0])
+    assert d["task"]["target"]["mcpu"] and d["versions"] and d["template"]["version"] == "v1"
+
+
+def test_corrupt_and_truncated_lines_are_skipped_and_counted(tmp_path, small_matmul):
+    log = tmp_path / "a.jsonl"
+    with LogWriter(log) as w:
+        w.write(_rec(small_matmul, 1, 1e-3))
+    with log.open("a") as fh:
+        fh.write("not json\n{\"task\": 1}\n")
+        fh.write(_rec(small_matmul, 3, 2e-3).to_json()[:40])  # killed mid-write: no newline
+    stats = LogReadStats()
+    with pytest.warns(UserWarning, match="skipped corrupt record"):
+        recs = load_records(log, stats)
+    assert len(recs) == 1 and stats.skipped == 3
+    with LogWriter(log) as w:  # appending after a partial line must not glue onto it
+        w.write(_rec(small_matmul, 4, 5e-4))
+    stats = LogReadStats()
+    with pytest.warns(UserWarning):
+        recs = load_records(log, stats)
+    assert [r.input.config.index for r in recs] == [1, 4] and stats.skipped == 3
+
+
+def test_best_ignores_errors(small_matmul):
+    recs = [_rec(small_matmul, 1, 2e-3), _rec(small_matmul, 2, error=ErrorKind.WRONG_ANSWER), _rec(small_matmul, 3, 1e-3)]
+    assert best_record(recs).input.config.index == 3
+    assert best_record(recs[1:2]) is None
+    with pytest.raises(ValueError):
+        MeasureResult((1.0,), ErrorKind.RUN_TIMEOUT, "", 0, 0)

@@ -1,0 +1,185 @@
+"""RPC measurement on 127.0.0.1: a tracker, real servers, faults, and the `autotune rpc` helpers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.measure import LocalBuilder, RunnerOptions
+from autotune.measure_types import MeasureInput
+from autotune.records import load_records
+from autotune.rpc import RPCRunner
+from autotune.rpc_services import (add_rpc_parser, cmd_rpc, start_server, start_tracker, stop, tracker_status,
+                                   wait_for_servers)
+from autotune.task import make_task
+from autotune.tune import tune
+from search_spaces import resolve
+
+from conftest import TINY
+
+KEY = "test-cpu"
+OPTIONS = RunnerOptions(timeout=10, repeat=2, min_repeat_ms=5)
+SERVER_ENV = {"TVM_NUM_THREADS": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A tracker and servers on 127.0.0.1; every process is stopped by `close`."""
+
+    def __init__(self, logs):
+        self.logs, self.port, self.procs = logs, free_port(), []
+        self.procs.append(start_tracker("127.0.0.1", self.port, log=logs / "tracker.log"))
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def add_server(self, key: str = KEY) -> subprocess.Popen:
+        port = free_port()
+        proc = start_server(self.address, key, "127.0.0.1", port, env=SERVER_ENV, port_end=port + 1,
+                            log=self.logs / f"server{len(self.procs)}.log")
+        self.procs.append(proc)
+        return proc
+
+    def servers(self, key: str = KEY) -> list[str]:
+        return tracker_status("127.0.0.1", self.port)["keys"].get(key, {}).get("servers", [])
+
+    def runner(self, **kw) -> RPCRunner:
+        return RPCRunner(KEY, "127.0.0.1", self.port, kw.pop("options", OPTIONS), **kw)
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            stop(p)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("rpc"))
+    try:
+        c.add_server()
+        c.add_server()
+        wait_for_servers("127.0.0.1", c.port, KEY, 2)
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def task():
+    return make_task("matmul", "M=32,N=32,K=32")
+
+
+def test_tuning_spreads_over_every_server(cluster, task, tmp_path, worker_env):
+    runner = cluster.runner()
+    try:
+        assert runner.threads == 1  # what the servers run (TVM_NUM_THREADS=1)
+        res = tune(task, trials=12, tuner="random", template=TINY, log=tmp_path / "l.jsonl", runner=runner,
+                   batch_size=4)
+    finally:
+        runner.close()
+    records = load_records(tmp_path / "l.jsonl")
+    assert len(res.records) == 12 == len(records) == len({r.input.config.index for r in records})
+    assert all(r.result.ok for r in records), [r.result.message for r in records if not r.result.ok]
+    assert all(r.threads == 1 for r in records)
+    assert sorted(runner.measured_by) == sorted(cluster.servers()) and min(runner.measured_by.values()) >= 1
+
+
+def test_killed_server_costs_the_run_nothing(cluster, task, tmp_path, worker_env):
+    victim = cluster.add_server()
+    wait_for_servers("127.0.0.1", cluster.port, KEY, 3)
+    runner = cluster.runner()
+
+    def kill_after_first_batch(result):
+        if len(result.records) == 4:
+            os.killpg(victim.pid, signal.SIGKILL)
+
+    try:
+        res = tune(task, trials=12, tuner="random", template=TINY, log=tmp_path / "l.jsonl", runner=runner,
+                   batch_size=4, progress=kill_after_first_batch)
+    finally:
+        runner.close()
+        stop(victim)
+    records = load_records(tmp_path / "l.jsonl")
+    assert len(res.records) == 12 == len(records)
+    assert sum(r.result.ok for r in records) >= 8  # the first batch, and every later one on the two survivors
+    assert len(cluster.servers()) == 2
+
+
+def test_hung_server_is_timed_out_by_the_client_and_its_candidate_retried(cluster, task, worker_env):
+    space = resolve(TINY).define_space(task)
+    inputs = [MeasureInput(task, space.get(i), TINY) for i in range(3)]
+    builder = LocalBuilder(workers=1)
+    hung = cluster.add_server()
+    try:
+        wait_for_servers("127.0.0.1", cluster.port, KEY, 3)
+        builds = builder.build(inputs)
+        runner = cluster.runner(session_timeout=3)
+        _wait_free(cluster, 3)  # the server that answered the runner's probe is back in the queue
+        os.killpg(hung.pid, signal.SIGSTOP)  # registered and handed out, but never answers
+        try:
+            t0 = time.monotonic()
+            results = runner.run(inputs, builds)
+            elapsed = time.monotonic() - t0
+        finally:
+            runner.close()
+    finally:
+        builder.close()
+        stop(hung)  # SIGKILL ends a stopped group too
+    assert all(r.ok for r in results), [r.message for r in results]
+    assert runner.retried == 1 and f"127.0.0.1:{_port_of(hung, cluster)}" not in runner.measured_by
+    assert elapsed < 30
+
+
+def _wait_free(cluster: Cluster, n: int) -> None:
+    deadline = time.monotonic() + 20
+    while tracker_status("127.0.0.1", cluster.port)["keys"][KEY]["free"] < n:
+        assert time.monotonic() < deadline, tracker_status("127.0.0.1", cluster.port)
+        time.sleep(0.1)
+
+
+def _port_of(proc: subprocess.Popen, cluster: Cluster) -> int:
+    """The port a server started by the cluster bound (the first line of its log says it)."""
+    log = cluster.logs / f"server{cluster.procs.index(proc)}.log"
+    return int(log.read_text().split("RPC server on 127.0.0.1:", 1)[1].split(",", 1)[0])
+
+
+def test_unreachable_tracker_is_a_one_line_error():
+    port = free_port()
+    with pytest.raises(AutotuneError, match=f"cannot reach RPC tracker at 127.0.0.1:{port}: ") as err:
+        RPCRunner(KEY, "127.0.0.1", port, OPTIONS)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_key_lists_the_keys_seen(cluster):
+    with pytest.raises(AutotuneError, match=rf"no RPC server registered under key gpu at {cluster.address} "
+                                            rf"\(keys seen: {KEY}\)"):
+        RPCRunner("gpu", "127.0.0.1", cluster.port, OPTIONS)
+
+
+def test_thread_count_must_match_the_servers(cluster, worker_env):
+    with pytest.raises(AutotuneError, match="run 1 kernel thread.*TVM_NUM_THREADS=2"):
+        cluster.runner(options=RunnerOptions(threads=2))
+
+
+def test_rpc_status_command(cluster, capsys):
+    parser = argparse.ArgumentParser()
+    add_rpc_parser(parser.add_subparsers(dest="command"))
+    assert cmd_rpc(parser.parse_args(["rpc", "status", "--tracker", cluster.address])) == 0
+    out = capsys.readouterr().out
+    assert f"tracker {cluster.address}" in out and KEY in out
+    for addr in cluster.servers():
+        assert addr in out
+    with pytest.raises(AutotuneError, match="bad tracker address"):
+        cmd_rpc(parser.parse_args(["rpc", "status", "--tracker", "nowhere"]))

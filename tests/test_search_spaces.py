@@ -1,0 +1,176 @@
+"""CPU schedule templates: random configs are correct on awkward shapes, spaces are sane."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autotune.ops import check_output, random_inputs, reduction_size
+from autotune.space import Config, ConfigSpace
+from autotune.target import to_tvm_target
+from autotune.task import Task, make_task
+from search_spaces import DEFAULT_TEMPLATES, default_template_ref, resolve
+
+CASES = [
+    ("matmul", "M=17,N=33,K=19"),
+    ("matmul", "M=1,N=1,K=1"),
+    ("matmul", "M=32,N=64,K=48"),
+    ("dense", "batch=1,in_features=37,out_features=64"),
+    ("dense", "batch=16,in_features=64,out_features=48"),
+    ("batch_matmul", "B=3,M=17,N=32,K=9"),
+    ("batch_matmul", "B=1,M=8,N=16,K=16"),
+    ("conv2d", "C=3,H=17,W=13,K=5,R=3,S=3,stride=2,padding=0"),
+    ("conv2d", "C=16,H=12,W=12,K=32,R=3,S=3,padding=2,dilation=2"),
+    ("conv2d", "N=2,C=8,H=9,W=9,K=16,R=1,S=1"),
+    ("conv2d", "C=4,H=8,W=8,K=32,R=3,S=3,padding=1,stride=2"),
+    ("depthwise_conv2d", "C=32,H=15,W=15,R=3,S=3,stride=2,padding=1"),
+    ("depthwise_conv2d", "N=2,C=7,H=9,W=9,R=3,S=3"),
+    ("depthwise_conv2d", "C=48,H=10,W=10,R=5,S=5,padding=2"),
+]
+CONFIGS_PER_CASE = 4
+
+
+def _task(op: str, shape: str) -> Task:
+    return make_task(op, shape)
+
+
+def _template(task: Task):
+    return resolve(default_template_ref(task.op, "llvm"))
+
+
+def _config(space: ConfigSpace, **knobs) -> Config:
+    """The config with the given knob values (tuples for splits); the rest at their first value."""
+    digits = [k.candidates.index(knobs[k.name]) if k.name in knobs else 0 for k in space.knobs]
+    return space.get(space.index_of(digits))
+
+
+def _is_legal(cfg: Config) -> bool:
+    """Configs the templates are documented to reject (depthwise: packed input cannot be inlined)."""
+    return not (cfg.knobs.get("vec_axis") == "c" and cfg.knobs.get("input_at") == "inline")
+
+
+def _run(task: Task, sch) -> str | None:
+    """Compile and run a schedule; None when the output matches the numpy reference."""
+    import tvm
+
+    ex = tvm.compile(sch.mod, target=to_tvm_target(task.target))
+    inputs = random_inputs(task.opdef, task.shape, task.dtype)
+    args = [tvm.runtime.tensor(x) for x in inputs]
+    out = tvm.runtime.empty(task.opdef.output_shape(task.shape), task.dtype)
+    ex(*args, out)
+    ref = task.opdef.reference(task.shape, inputs)
+    return check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape))
+
+
+@pytest.mark.parametrize("op,shape", CASES)
+def test_random_configs_match_reference(op: str, shape: str) -> None:
+    task = _task(op, shape)
+    template = _template(task)
+    space = template.define_space(task)
+    rng = np.random.default_rng(sum(map(ord, op + shape)))
+    legal = [space.get(i) for i in space.sample(rng, 40)]
+    legal = [c for c in legal if _is_legal(c)][:CONFIGS_PER_CASE]
+    assert legal
+    for cfg in legal:
+        err = _run(task, template.apply(task, cfg))
+        assert err is None, f"{cfg.knobs}: {err}"
+
+
+@pytest.mark.parametrize("op,shape", CASES)
+def test_space_is_nontrivial_and_round_trips(op: str, shape: str) -> None:
+    task = _task(op, shape)
+    space = _template(task).define_space(task)
+    assert len(space) > 1
+    for index in np.random.default_rng(0).integers(len(space), size=20).tolist() + [0, len(space) - 1]:
+        cfg = space.get(index)
+        digits = [k.candidates.index(cfg[k.name]) for k in space.knobs]
+        assert space.index_of(digits) == index
+        assert space.get(space.index_of(digits)).knobs == cfg.knobs
+
+
+@pytest.mark.parametrize("op,shape", CASES)
+def test_tile_knobs_are_exact_and_bounded(op: str, shape: str) -> None:
+    task = _task(op, shape)
+    space = _template(task).define_space(task)
+    splits = [k for k in space.knobs if k.kind == "split"]
+    assert splits
+    for knob in splits:
+        extents = {math.prod(c) for c in knob.candidates}
+        assert len(extents) == 1, f"{knob.name}: factors do not all multiply to the same extent"
+        assert all(c[-1] <= 64 for c in knob.candidates), knob.name
+
+
+def test_vectorised_axis_prefers_whole_vectors() -> None:
+    task = _task("matmul", "M=1024,N=1024,K=1024")
+    space = _template(task).define_space(task)
+    assert all(c[-1] % 16 == 0 and c[-1] <= 64 for c in space["tile_j"].candidates)
+    assert all(c[-1] <= 16 for c in space["tile_i"].candidates)
+    conv = _task("conv2d", "C=64,H=56,W=56,K=64,R=3,S=3,padding=1")
+    assert all(c[-1] % 16 == 0 for c in _template(conv).define_space(conv)["tile_k"].candidates)
+
+
+def test_matmul_schedule_structure() -> None:
+    task = _task("matmul", "M=64,N=128,K=32")
+    space = _template(task).define_space(task)
+    cfg = _config(space, tile_i=(2, 4, 8), tile_j=(2, 1, 64), tile_k=(2, 16), pack_b="root", auto_unroll=16)
+    script = _template(task).apply(task, cfg).mod.script()
+    assert "T.parallel(4" in script  # i0 x j0 fused
+    assert "T.vectorized(64)" in script
+    assert "T.unroll(8)" in script
+    assert "B_global = T.sblock_alloc_buffer((2, 32, 64))" in script  # packed [N/64, K, 64]
+    assert '"pragma_auto_unroll_max_step": 16' in script
+    assert 'T.sblock("C_init")' in script and 'T.sblock("C_global")' in script
+    no_unroll = _config(space, tile_i=(2, 4, 8), tile_j=(2, 1, 64), tile_k=(2, 16), auto_unroll=0)
+    assert "pragma_auto_unroll_max_step" not in _template(task).apply(task, no_unroll).mod.script()
+
+
+def test_dense_packs_weight_tile_contiguous() -> None:
+    task = _task("dense", "batch=8,in_features=32,out_features=64")
+    space = _template(task).define_space(task)
+    cfg = _config(space, tile_j=(1, 2, 32), pack_b="root")
+    script = _template(task).apply(task, cfg).mod.script()
+    assert "W_global = T.sblock_alloc_buffer((2, 32, 32))" in script
+    assert _run(task, _template(task).apply(task, cfg)) is None
+
+
+def test_conv2d_packed_variant_structure() -> None:
+    task = _task("conv2d", "C=8,H=8,W=8,K=32,R=3,S=3,padding=1")
+    space = _template(task).define_space(task)
+    cfg = _config(space, vec_axis="k", tile_k=(1, 1, 32), tile_x=(1, 2, 4), pad="root")
+    script = _template(task).apply(task, cfg).mod.script()
+    assert "weight_global = T.sblock_alloc_buffer((1, 8, 3, 3, 32))" in script
+    assert "conv_global = T.sblock_alloc_buffer((1, 1, 8, 8, 32))" in script
+    assert "T.vectorized(32)" in script and "T.parallel(" in script
+    direct = _config(space, vec_axis="x", tile_k=(1, 1, 32), tile_x=(1, 1, 8), pad="inline")
+    script = _template(task).apply(task, direct).mod.script()
+    assert "weight_global" not in script and 'T.sblock("pad")' not in script
+    assert "T.vectorized(8)" in script
+
+
+def test_depthwise_packed_variant_structure() -> None:
+    task = _task("depthwise_conv2d", "C=32,H=8,W=8,R=3,S=3,padding=1")
+    space = _template(task).define_space(task)
+    cfg = _config(space, vec_axis="c", tile_c=(2, 16), input_at="tile")
+    sch = _template(task).apply(task, cfg)
+    script = sch.mod.script()
+    assert "pad = T.sblock_alloc_buffer((1, 2, 10, 10, 16))" in script
+    assert "T.vectorized(16)" in script and "T.parallel(" in script
+    assert _run(task, sch) is None
+    with pytest.raises(ValueError):
+        _template(task).apply(task, _config(space, vec_axis="c", tile_c=(2, 16), input_at="inline"))
+
+
+def test_illegal_config_raises() -> None:
+    task = _task("matmul", "M=16,N=16,K=16")
+    space = _template(task).define_space(task)
+    bad = Config(0, {**space.get(0).knobs, "tile_i": (3, 5, 1)})  # 15 != 16
+    with pytest.raises(Exception):
+        _template(task).apply(task, bad)
+
+
+def test_every_default_template_resolves_for_its_op() -> None:
+    for (op, kind), ref in DEFAULT_TEMPLATES.items():
+        template = resolve(ref)
+        assert (template.op, template.target_kind) == (op, kind)

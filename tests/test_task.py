@@ -1,0 +1,95 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.ops import OPS, check_output, random_inputs
+from autotune.target import parse_target
+from autotune.task import Task, make_task, parse_shape
+
+
+def test_key_is_stable_across_processes():
+    task = make_task("conv2d", "C=64,H=56,W=56,K=64,R=3,S=3,padding=1")
+    code = ("from autotune.task import make_task;"
+            "print(make_task('conv2d', 'C=64,H=56,W=56,K=64,R=3,S=3,padding=1').key)")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert other == task.key
+    assert Task.from_dict(json.loads(json.dumps(task.to_dict()))).key == task.key
+
+
+def test_key_changes_with_shape_and_target():
+    a = make_task("matmul", "M=64,N=64,K=64")
+    assert a.key != make_task("matmul", "M=64,N=64,K=32").key
+    assert a.key != make_task("matmul", "M=64,N=64,K=64", target={"kind": "llvm", "mcpu": "x", "num-cores": 1}).key
+
+
+def test_host_target_has_cpu_and_cores():
+    t = make_task("matmul", "M=8,N=8,K=8").target
+    assert t["kind"] == "llvm" and t["mcpu"] and t["num-cores"] >= 1
+
+
+@pytest.mark.parametrize("op,shape,needle", [
+    ("convolution", "M=1", "unknown operator 'convolution'; choose one of: matmul"),
+    ("matmul", "M=1,N=2", "missing parameter(s) K"),
+    ("matmul", "M=1,N=2,K=3,Q=4", "unknown parameter(s) Q"),
+    ("matmul", "M=0,N=2,K=3", "impossible shape for matmul: M=0"),
+    ("conv2d", "C=3,H=2,W=2,K=4,R=3,S=3", "impossible shape for conv2d: output would be"),
+    ("matmul", "M=x,N=2,K=3", "is not an integer"),
+    ("matmul", "M,N=2,K=3", "expected name=value"),
+])
+def test_bad_input_is_one_clear_line(op, shape, needle):
+    with pytest.raises(AutotuneError, match=None) as err:
+        make_task(op, shape)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_target_and_dtype():
+    with pytest.raises(AutotuneError, match="unknown target 'rocm'"):
+        parse_target("rocm")
+    with pytest.raises(AutotuneError, match="unsupported dtype"):
+        make_task("matmul", "M=1,N=1,K=1", dtype="int3")
+    assert parse_target("cuda", arch="sm_80")["arch"] == "sm_80"
+    with pytest.raises(AutotuneError, match="sm_XX"):
+        parse_target("cuda", arch="hopper")
+
+
+def test_parse_shape():
+    assert parse_shape("M=1, N=2,K=3") == {"M": 1, "N": 2, "K": 3}
+
+
+def _naive_conv(x, w, stride, pad, dil):
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dil * (r - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dil * (s - 1) - 1) // stride + 1
+    out = np.zeros((n, k, oh, ow))
+    for y in range(oh):
+        for xx in range(ow):
+            patch = xp[:, :, y * stride: y * stride + dil * (r - 1) + 1: dil, xx * stride: xx * stride + dil * (s - 1) + 1: dil]
+            out[:, :, y, xx] = np.einsum("ncrs,kcrs->nk", patch, w)
+    return out
+
+
+def test_conv_references_match_naive_loops():
+    op = OPS["conv2d"]
+    p = op.complete({"N": 2, "C": 3, "H": 9, "W": 7, "K": 4, "R": 3, "S": 2, "stride": 2, "padding": 1, "dilation": 2})
+    x, w = random_inputs(op, p, "float32")
+    assert check_output(op.reference(p, [x, w]), _naive_conv(x, w, 2, 1, 2), 18) is None
+    dw = OPS["depthwise_conv2d"]
+    p = dw.complete({"N": 1, "C": 5, "H": 8, "W": 8, "R": 3, "S": 3, "stride": 2, "padding": 1})
+    x, w = random_inputs(dw, p, "float32")
+    naive = np.concatenate([_naive_conv(x[:, c:c + 1], w[c:c + 1], 2, 1, 1) for c in range(5)], axis=1)
+    assert check_output(dw.reference(p, [x, w]), naive, 9) is None
+
+
+def test_flops_and_check_output():
+    assert make_task("matmul", "M=2,N=3,K=4").flops == 48
+    assert make_task("conv2d", "C=64,H=56,W=56,K=64,R=3,S=3,padding=1").flops == 2 * 64 * 56 * 56 * 64 * 9
+    ref = np.ones((4, 4))
+    assert check_output(ref.astype("float32"), ref, 16) is None
+    assert "max abs error" in check_output(ref.astype("float32") + 0.01, ref, 16)
+    assert "NaN" in check_output(np.full((4, 4), np.nan, "float32"), ref, 16)

@@ -1,0 +1,158 @@
+"""XGBTuner with fake measurements (a known cost function of the config; nothing is compiled)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
+from autotune.records import Record
+from autotune.task import make_task
+from autotune.tuners.xgb import XGBTuner, anneal, diverse_top
+from cost_models import train_from_records
+from tests.toy_template import TOY_CONV2D, TOY_CONV2D_REF, TOY_MATMUL, TOY_MATMUL_REF, toy_matmul_cost
+
+MM = make_task("matmul", {"M": 256, "N": 256, "K": 256})
+OTHER_MM = make_task("matmul", {"M": 128, "N": 512, "K": 256})
+MM_SPACE = TOY_MATMUL.define_space(MM)
+TINY_CONV = make_task("conv2d", {"C": 4, "H": 6, "W": 6, "K": 4, "R": 3, "S": 3, "padding": 0})
+
+
+def _measure(task, space, indices, ref=TOY_MATMUL_REF):
+    inputs = [MeasureInput(task, space.get(i), ref) for i in indices]
+    results = []
+    for inp in inputs:
+        cost = toy_matmul_cost(task, inp.config)
+        results.append(MeasureResult((cost,), None, "", 0.0, 0.0) if cost is not None
+                       else MeasureResult(None, ErrorKind.INVALID_CONFIG, "too wide", 0.0, 0.0))
+    return inputs, results
+
+
+def _tune(tuner, task, space, trials: int, batch: int = 16) -> list[int]:
+    seen: list[int] = []
+    while len(seen) < trials:
+        indices = tuner.next_batch(batch)
+        assert indices and len(indices) <= batch
+        assert not set(indices) & set(seen) and len(set(indices)) == len(indices)
+        tuner.update(*_measure(task, space, indices))
+        seen += indices
+    return seen
+
+
+def _best_cost(task, space, indices) -> float:
+    costs = [toy_matmul_cost(task, space.get(i)) for i in indices]
+    return min(c for c in costs if c is not None)
+
+
+def _optimum(task, space) -> float:
+    return _best_cost(task, space, range(len(space)))
+
+
+def test_never_repeats_and_respects_n_until_the_space_is_exhausted():
+    space = TOY_CONV2D.define_space(TINY_CONV)
+    tuner = XGBTuner(TINY_CONV, space, TOY_CONV2D_REF, seed=0, features="knob", sa_chains=4, sa_steps=4)
+    seen: list[int] = []
+    for n in (3, 5, 1, 7, 100):
+        batch = tuner.next_batch(n)
+        assert len(batch) == min(n, len(space) - len(seen))
+        assert not set(batch) & set(seen)
+        seen += batch
+        inputs = [MeasureInput(TINY_CONV, space.get(i), TOY_CONV2D_REF) for i in batch]
+        tuner.update(inputs, [MeasureResult((1.0 + i,), None, "", 0.0, 0.0) for i in batch])
+    assert sorted(seen) == list(range(len(space)))
+    assert tuner.next_batch(4) == []
+
+
+def test_same_seed_same_proposals_other_seed_other_proposals():
+    runs = [_tune(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, features="loop", sa_chains=8, sa_steps=8),
+                  MM, MM_SPACE, 32) for s in (1, 1, 2)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_random_proposals_without_data():
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0)
+    first = tuner.next_batch(8)
+    assert len(first) == 8 and tuner.model is None
+    # Only errors: nothing to learn from, so still random (and still no repeats).
+    inputs = [MeasureInput(MM, MM_SPACE.get(i), TOY_MATMUL_REF) for i in first]
+    tuner.update(inputs, [MeasureResult(None, ErrorKind.RUNTIME_ERROR, "x", 0.0, 0.0) for _ in first])
+    second = tuner.next_batch(8)
+    assert tuner.model is None and len(second) == 8 and not set(first) & set(second)
+    tuner.update(*_measure(MM, MM_SPACE, second))
+    assert tuner.model is not None
+
+
+def test_loop_features_never_propose_illegal_configs():
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=3, features="loop", sa_chains=8, sa_steps=8)
+    seen = _tune(tuner, MM, MM_SPACE, 48)
+    assert all(toy_matmul_cost(MM, MM_SPACE.get(i)) is not None for i in seen)
+
+
+def test_batch_has_no_near_duplicates():
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=4, features="knob", explore=0.0)
+    _tune(tuner, MM, MM_SPACE, 32)
+    digits = [np.array(MM_SPACE.digits(i)) for i in tuner.next_batch(16)]
+    assert min(int((a != b).sum()) for k, a in enumerate(digits) for b in digits[k + 1:]) >= 2
+
+
+@pytest.mark.parametrize("features,seeds", [("knob", range(6)), ("loop", range(3))])
+def test_finds_better_configs_than_random_search(features, seeds):
+    trials, optimum = 64, _optimum(MM, MM_SPACE)
+    model_regret, random_regret = [], []
+    for seed in seeds:
+        tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=seed, features=features)
+        model_regret.append(_best_cost(MM, MM_SPACE, _tune(tuner, MM, MM_SPACE, trials)) / optimum)
+        rand = MM_SPACE.sample(np.random.default_rng(seed), trials)
+        random_regret.append(_best_cost(MM, MM_SPACE, rand) / optimum)
+    assert np.mean(model_regret) < 0.6 * np.mean(random_regret), (model_regret, random_regret)
+
+
+def _other_task_records(n: int) -> list[Record]:
+    space = TOY_MATMUL.define_space(OTHER_MM)
+    indices = space.sample(np.random.default_rng(9), n)
+    return [Record(i, r, TOY_MATMUL.version, 1, {}) for i, r in zip(*_measure(OTHER_MM, space, indices))]
+
+
+def _first_batch_cost(tuner) -> float:
+    costs = [toy_matmul_cost(MM, MM_SPACE.get(i)) for i in tuner.next_batch(16)]
+    return float(np.median([c if c is not None else np.inf for c in costs]))
+
+
+def test_transfer_records_guide_the_first_batch():
+    transfer = _other_task_records(160)
+    guided = [_first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, transfer=transfer, sa_chains=8,
+                                         sa_steps=12)) for s in range(2)]
+    blind = [_first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s)) for s in range(2)]
+    assert np.mean(guided) < 0.7 * np.mean(blind), (guided, blind)
+
+
+def test_saved_cost_model_guides_the_first_batch(tmp_path):
+    path = tmp_path / "model.json"
+    train_from_records(_other_task_records(160), features="loop").save(path)
+    guided = _first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, cost_model=str(path), sa_chains=8,
+                                        sa_steps=12))
+    blind = _first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0))
+    assert guided < 0.7 * blind
+    with pytest.raises(ValueError, match="loop features"):
+        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cost_model=str(path), features="knob")
+
+
+def test_batch_size_plans_ahead_until_the_next_update():
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=5, features="knob", batch_size=12)
+    tuner.update(*_measure(MM, MM_SPACE, MM_SPACE.sample(np.random.default_rng(0), 16)))
+    parts = [tuner.next_batch(4) for _ in range(3)]
+    again = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=5, features="knob", batch_size=12)
+    again.update(*_measure(MM, MM_SPACE, MM_SPACE.sample(np.random.default_rng(0), 16)))
+    assert sum(parts, []) == again.next_batch(12)
+
+
+def test_anneal_climbs_a_known_score():
+    target = MM_SPACE.digits(1234)
+
+    def score(indices):
+        return np.array([-sum(a != b for a, b in zip(MM_SPACE.digits(i), target)) for i in indices], float)
+
+    visited = anneal(MM_SPACE, score, MM_SPACE.sample(np.random.default_rng(0), 8), 40, np.random.default_rng(0))
+    assert 1234 in visited
+    assert diverse_top(visited, 1, MM_SPACE, 2) == [1234]
