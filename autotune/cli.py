@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from .errors import AutotuneError
+from .rpc_services import add_rpc_parser, add_rpc_runner_arguments, cmd_rpc, runner_from_args
 
 EXAMPLE_SHAPES = {
     "matmul": "M=1024,N=1024,K=1024",
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                         "give no LOG to disable")
     t.add_argument("--cost-model", help="xgb: start from a saved model (autotune train-model)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_rpc_runner_arguments(t)
     t.add_argument("--build-only", action="store_true",
                    help="validate and compile candidates, measure nothing (e.g. CUDA on a machine without a GPU)")
 
@@ -60,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("logs", nargs="+")
 
     sub.add_parser("ops", help="list operators, their parameters and space sizes")
+    add_rpc_parser(sub)
 
     m = sub.add_parser("train-model", help="train a cost model on logs and save it")
     m.add_argument("logs", nargs="+")
@@ -95,7 +98,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise AutotuneError("--trials must be >= 1")
     if args.build_only:
         return _build_only(task, args)
-    ensure_measurable(task)
     log = Path(args.log) if args.log else default_log_path(task)
     options = {}
     if args.tuner == "xgb":
@@ -103,14 +105,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         options = {"features": args.features, "cost_model": args.cost_model,
                    "transfer": transfer_records(task, log, args.transfer)}
-    runner = RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
-                           min_repeat_ms=args.min_repeat_ms, cache_flush=args.cache_flush)
+    runner_options = RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
+                                   min_repeat_ms=args.min_repeat_ms, cache_flush=args.cache_flush)
+    remote = runner_from_args(args, runner_options)  # None: measure on this machine
+    if remote is None:
+        ensure_measurable(task)
     print(f"tuning {task}  key={task.key}  log={log}", file=sys.stderr)
-    with ProgressBar(args.trials, task, enabled=not args.quiet) as bar:
-        result = tune(task, trials=args.trials, tuner=args.tuner, log=log, seed=args.seed,
-                      early_stopping=args.early_stopping, batch_size=args.batch_size, template=args.template,
-                      tuner_options=options, runner_options=runner, progress=bar.update,
-                      build_timeout=args.build_timeout)
+    try:
+        with ProgressBar(args.trials, task, enabled=not args.quiet) as bar:
+            result = tune(task, trials=args.trials, tuner=args.tuner, log=log, seed=args.seed,
+                          early_stopping=args.early_stopping, batch_size=args.batch_size, template=args.template,
+                          tuner_options=options, runner_options=runner_options, runner=remote, progress=bar.update,
+                          build_timeout=args.build_timeout)
+    finally:
+        if remote is not None:
+            remote.close()
     if result.resumed:
         print(f"resumed {result.resumed} records from {log}", file=sys.stderr)
     if result.stopped:
@@ -218,7 +227,8 @@ def cmd_train_model(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"tune": cmd_tune, "best": cmd_best, "show": cmd_show, "ops": cmd_ops, "train-model": cmd_train_model}
+COMMANDS = {"tune": cmd_tune, "best": cmd_best, "show": cmd_show, "ops": cmd_ops, "train-model": cmd_train_model,
+            "rpc": cmd_rpc}
 
 if __name__ == "__main__":
     sys.exit(main())

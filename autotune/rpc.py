@@ -1,52 +1,56 @@
 """RPCRunner: time kernels on RPC servers registered at a TVM tracker; builds stay local.
 
-A batch is spread over every free server under the key, one thread (and one isolated
-client process) per server. Each candidate gets its own RPC session: upload the library,
-load it, run it once on fixed random inputs, check the output against the numpy reference
-computed here, then time it. A session that fails (server killed, kernel crashed, hang) is
-retried once on another server if one is registered, then recorded as RUNTIME_ERROR or
-RUN_TIMEOUT; the tuning run goes on.
+A batch is spread over every server under the key, one thread per server. Each candidate
+gets its own RPC session: upload the library, load it, run it once on fixed random inputs,
+check the output against the numpy reference computed here, then time it. A session that
+fails (server killed, kernel crashed, hang) is retried once on another server if one is
+registered, then recorded as RUNTIME_ERROR or RUN_TIMEOUT; the tuning run goes on.
 
 Timeouts hold on both sides: the server ends a session after `session_timeout` seconds,
-and the client kills its process 5 s after that, so a server that hangs or vanishes costs
-only the candidates it held. Kernel threads are the servers' business: start them with
-TVM_NUM_THREADS=N (`autotune rpc server --threads N`).
+and the client abandons the session's thread 5 s after that (TVM's RPC calls release the
+GIL), so a server that hangs or vanishes costs only the candidates it held. Kernel threads
+are the servers' business: start them with TVM_NUM_THREADS=N (`autotune rpc server
+--threads N`); the runner asks one server and reports that number (or refuses a different
+options.threads). Servers under one key are assumed identical.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import queue
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from .errors import AutotuneError
-from .measure import RunnerOptions, _to_measure_result
+from .measure import RunnerOptions
 from .measure_types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from .measure_worker import INPUT_SEED
 from .ops import check_output, random_inputs, reduction_size
 from .records import now
 from .rpc_services import request_server, tracker_status
 from .task import Task
-from .workers import Worker
 
 Server = tuple[str, int, str]  # host, port, match key (from the tracker)
 RETRYABLE = (ErrorKind.RUNTIME_ERROR, ErrorKind.RUN_TIMEOUT)
-CLIENT_GRACE_S = 5.0  # the client waits this long past session_timeout before killing its process
-WORKER_ENV = {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # the client side runs no kernels
+CLIENT_GRACE_S = 5.0  # the client waits this long past session_timeout before abandoning a session
 
 
-# ---- what runs in the client processes ---------------------------------------------------
+# ---- one remote session (runs in its own thread) ------------------------------------------
 
-def measure_remote(server: Server, session_timeout: float, artifact: str, inputs: list[np.ndarray],
+def measure_remote(server: Server, session_timeout: float, artifact: str, target_kind: str, inputs: list[np.ndarray],
                    ref: np.ndarray, reduction: int, repeat: int, min_repeat_ms: float,
                    cache_flush: bool) -> tuple[str | None, str, list[float]]:
-    """One RPC session: upload, load, check against `ref`, time. Same tuple as measure_worker.run."""
+    """One RPC session: upload, load, check against `ref`, time: (error kind value | None, message, costs).
+
+    target_kind "cuda" runs on the server's GPU 0 (not yet tried on a GPU server), anything else on its CPU.
+    """
     import tvm
     from tvm import rpc
 
@@ -56,7 +60,7 @@ def measure_remote(server: Server, session_timeout: float, artifact: str, inputs
         remote = rpc.connect(host, port, matchkey, session_timeout=session_timeout)
         remote.upload(artifact)
         lib = remote.load_module(os.path.basename(artifact))
-        dev = remote.cpu(0)
+        dev = remote.cuda(0) if target_kind == "cuda" else remote.cpu(0)
         args = [tvm.runtime.tensor(a, dev) for a in inputs]
         out = tvm.runtime.tensor(np.full(ref.shape, np.nan, dtype=ref.dtype), dev)  # stale output must fail
         lib["main"](*args, out)
@@ -64,9 +68,11 @@ def measure_remote(server: Server, session_timeout: float, artifact: str, inputs
         if problem:
             return "wrong_answer", problem, []
         timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=int(min_repeat_ms),
-                                   f_preproc="cache_flush_cpu_non_first_arg" if cache_flush else "")
+                                   f_preproc="cache_flush_cpu_non_first_arg" if cache_flush and target_kind != "cuda"
+                                   else "")
         costs = [float(x) for x in timer(*args, out).results]
-    except Exception as err:  # noqa: BLE001 - the server ends a session that outlives session_timeout: that is a timeout
+    except Exception as err:  # noqa: BLE001 - any failure of the session is a result
+        # the server ends a session that outlives session_timeout: that is a timeout
         kind = "run_timeout" if time.monotonic() - t0 >= 0.95 * session_timeout else "runtime_error"
         return kind, f"{type(err).__name__}: {str(err).strip()[-500:]}", []
     return None, "", costs
@@ -79,6 +85,26 @@ def remote_threads(server: Server, session_timeout: float) -> int:
     host, port, matchkey = server
     remote = rpc.connect(host, port, matchkey, session_timeout=session_timeout)
     return int(remote.get_function("runtime.NumThreads")())
+
+
+def call_with_timeout(fn: Callable[..., Any], args: tuple, timeout: float) -> tuple[str, Any]:
+    """Run fn(*args) in a daemon thread: ("ok", value), ("error", exception) or ("timeout", None).
+
+    On timeout the thread is abandoned; it ends when the server closes the session.
+    """
+    box: queue.SimpleQueue = queue.SimpleQueue()
+
+    def target() -> None:
+        try:
+            box.put(("ok", fn(*args)))
+        except Exception as err:  # noqa: BLE001 - handed to the caller as data
+            box.put(("error", err))
+
+    threading.Thread(target=target, daemon=True, name=f"rpc-{fn.__name__}").start()
+    try:
+        return box.get(timeout=timeout)
+    except queue.Empty:
+        return "timeout", None
 
 
 # ---- the runner ---------------------------------------------------------------------------
@@ -102,7 +128,6 @@ class RPCRunner:
         self.measured_by: Counter[str] = Counter()
         self.retried = 0
         self._lock = threading.Lock()
-        self._workers: list[Worker] = []
         self._refs: dict[Task, tuple[list[np.ndarray], np.ndarray, int]] = {}
         self._check_registered()
         self.threads = self._server_threads()
@@ -126,23 +151,18 @@ class RPCRunner:
             server = request_server(*self.tracker, self.key, self.request_timeout)
         except (OSError, ValueError) as err:
             raise AutotuneError(f"no RPC server under key {self.key} at {self.address} became free: {err}") from None
-        call = self._worker(0).call(remote_threads, (server, self.session_timeout),
-                                    self.session_timeout + CLIENT_GRACE_S)
-        if call.status != "ok":
+        status, value = call_with_timeout(remote_threads, (server, self.session_timeout),
+                                          self.session_timeout + CLIENT_GRACE_S)
+        if status != "ok":
+            why = "no answer" if status == "timeout" else f"{type(value).__name__}: {str(value).strip()[-300:]}"
             raise AutotuneError(f"RPC server {server[0]}:{server[1]} (key {self.key}) failed to answer: "
-                                f"{call.message.strip().splitlines()[0] if call.message.strip() else call.status}")
-        threads = int(call.value)
+                                + why.replace("\n", " "))
+        threads = int(value)
         if self.options.threads and self.options.threads != threads:
             raise AutotuneError(f"RPC servers under key {self.key} run {threads} kernel thread(s), not the "
                                 f"{self.options.threads} asked for: restart them with TVM_NUM_THREADS="
                                 f"{self.options.threads} (autotune rpc server --threads {self.options.threads})")
         return threads
-
-    def _worker(self, i: int) -> Worker:
-        with self._lock:
-            while len(self._workers) <= i:
-                self._workers.append(Worker(WORKER_ENV))
-            return self._workers[i]
 
     def _servers(self) -> list[str]:
         """Servers registered under the key now ("host:port"); none if the tracker is unreachable."""
@@ -150,12 +170,6 @@ class RPCRunner:
             return tracker_status(*self.tracker)["keys"].get(self.key, {}).get("servers", [])
         except OSError:
             return []
-
-    def _free_servers(self) -> int:
-        try:
-            return tracker_status(*self.tracker)["keys"].get(self.key, {}).get("free", 0)
-        except OSError:
-            return 0
 
     def _reference(self, task: Task) -> tuple[list[np.ndarray], np.ndarray, int]:
         """Inputs, numpy reference output and reduction size of a task (the last few cached)."""
@@ -170,43 +184,44 @@ class RPCRunner:
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]:
         results: list[MeasureResult | None] = [None] * len(inputs)
-        queue: deque[int] = deque()
+        pending: deque[int] = deque()
         for i, b in enumerate(builds):
             if b.error is not None:
                 results[i] = MeasureResult(None, b.error, b.message, b.build_s, now())
             else:
-                queue.append(i)
-        if queue and not self._servers():
-            for i in queue:
+                pending.append(i)
+        servers = self._servers() if pending else []
+        if pending and not servers:
+            for i in pending:
                 results[i] = self._error(builds[i], f"no RPC server left under key {self.key} at {self.address}")
             return results  # type: ignore[return-value]
-        slots = max(1, min(len(queue), self._free_servers()))
+        slots = max(1, min(len(pending), len(servers)))  # busy servers too: the tracker queues our requests
         attempts = [0] * len(inputs)
         with ThreadPoolExecutor(slots) as pool:
-            list(pool.map(lambda s: self._drain(s, queue, attempts, inputs, builds, results), range(slots)))
+            list(pool.map(lambda _: self._drain(pending, attempts, inputs, builds, results), range(slots)))
         return results  # type: ignore[return-value]
 
-    def _drain(self, slot: int, queue: deque[int], attempts: list[int], inputs: Sequence[MeasureInput],
+    def _drain(self, pending: deque[int], attempts: list[int], inputs: Sequence[MeasureInput],
                builds: Sequence[BuildResult], results: list[MeasureResult | None]) -> None:
         """One server's share: take candidates until none is left; requeue a failed one once."""
         while True:
             with self._lock:
-                if not queue:
+                if not pending:
                     return
-                i = queue.popleft()
+                i = pending.popleft()
             try:
-                res, where = self._measure(self._worker(slot), inputs[i], builds[i])
+                res, where = self._measure(inputs[i], builds[i])
             except Exception as err:  # noqa: BLE001 - never let one candidate end the tuning run
                 res, where = self._error(builds[i], f"{type(err).__name__}: {err}"), ""
             if res.error in RETRYABLE and attempts[i] == 0 and set(self._servers()) - {where}:
                 with self._lock:
                     attempts[i] += 1
                     self.retried += 1
-                    queue.append(i)
+                    pending.append(i)
                 continue
-            results[i] = res
+            results[i] = replace(res, message=f"{res.message} (after a retry)") if attempts[i] and not res.ok else res
 
-    def _measure(self, worker: Worker, inp: MeasureInput, build: BuildResult) -> tuple[MeasureResult, str]:
+    def _measure(self, inp: MeasureInput, build: BuildResult) -> tuple[MeasureResult, str]:
         """Measure one candidate on whichever server the tracker hands out: (result, "host:port")."""
         try:
             server = request_server(*self.tracker, self.key, self.request_timeout)
@@ -215,21 +230,26 @@ class RPCRunner:
         where = f"{server[0]}:{server[1]}"
         inputs, ref, reduction = self._reference(inp.task)
         o = self.options
-        call = worker.call(measure_remote, (server, self.session_timeout, build.artifact, inputs, ref, reduction,
-                                            o.repeat, o.min_repeat_ms, o.cache_flush),
-                           self.session_timeout + CLIENT_GRACE_S)
-        res = _to_measure_result(call, build.build_s)
-        if res.ok:
-            with self._lock:
-                self.measured_by[where] += 1
-            return res, where
-        return dataclasses.replace(res, message=f"on RPC server {where}: {res.message}"), where
+        args = (server, self.session_timeout, build.artifact, inp.task.target_kind, inputs, ref, reduction,
+                o.repeat, o.min_repeat_ms, o.cache_flush)
+        status, value = call_with_timeout(measure_remote, args, self.session_timeout + CLIENT_GRACE_S)
+        if status == "timeout":
+            wait = self.session_timeout + CLIENT_GRACE_S
+            return MeasureResult(None, ErrorKind.RUN_TIMEOUT, f"no answer from RPC server {where} within {wait:g} s",
+                                 build.build_s, now()), where
+        if status == "error":
+            return self._error(build, f"on RPC server {where}: {type(value).__name__}: {str(value)[-500:]}"), where
+        kind, message, costs = value
+        if kind is not None:
+            message = f"on RPC server {where}: {message}"
+            return MeasureResult(None, ErrorKind(kind), message, build.build_s, now()), where
+        with self._lock:
+            self.measured_by[where] += 1
+        return MeasureResult(tuple(costs), None, "", build.build_s, now()), where
 
     @staticmethod
     def _error(build: BuildResult, message: str) -> MeasureResult:
         return MeasureResult(None, ErrorKind.RUNTIME_ERROR, message, build.build_s, now())
 
     def close(self) -> None:
-        for w in self._workers:
-            w.close()
-        self._workers = []
+        """Nothing to release: sessions end with their candidate (abandoned ones when the server ends them)."""

@@ -14,6 +14,7 @@ restarts the loop, so a crashing kernel costs one session, not the server.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -69,9 +70,11 @@ def stop(process: subprocess.Popen, grace: float = 5.0) -> None:
 
 def start_tracker(host: str = "127.0.0.1", port: int = 9190, log: str | Path | None = None,
                   wait: float = 30.0) -> subprocess.Popen:
-    """Start `tvm.exec.rpc_tracker` on exactly host:port; return once it answers."""
+    """Start `tvm.exec.rpc_tracker` on exactly host:port; return once it answers (wait=0: at once)."""
     proc = _spawn(["tvm.exec.rpc_tracker", "--host", host, "--port", str(port), "--port-end", str(port + 1)],
                   log, None)
+    if wait <= 0:
+        return proc
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -228,6 +231,18 @@ def _bind(host: str, port: int, port_end: int) -> tuple[socket.socket, int]:
     raise AutotuneError(f"cannot bind an RPC server to any port in [{port}, {port_end}) on {host}")
 
 
+def _wait_for_tracker(host: str, port: int) -> None:
+    """Poll until the tracker answers (TVM's own loop retries only every 5 s)."""
+    for attempt in itertools.count():
+        try:
+            tracker_summary(host, port, timeout=2.0)
+            return
+        except OSError as err:
+            if attempt == 10:
+                print(f"waiting for the RPC tracker at {host}:{port}: {err}", flush=True)
+            time.sleep(0.2 if attempt < 100 else 2.0)
+
+
 def serve(host: str, port: int, port_end: int, tracker: str, key: str) -> None:
     """Serve sessions forever with TVM's server loop; restart it when a session process dies."""
     from tvm.rpc import server as tvm_server
@@ -236,6 +251,7 @@ def serve(host: str, port: int, port_end: int, tracker: str, key: str) -> None:
     sock, bound = _bind(host, port, port_end)
     threads = os.environ.get("TVM_NUM_THREADS", "unset")
     print(f"RPC server on {host}:{bound}, key {key}, tracker {tracker}, TVM_NUM_THREADS={threads}", flush=True)
+    _wait_for_tracker(*tracker_addr)
     cwd = os.getcwd()
     while True:
         try:
@@ -268,13 +284,38 @@ def add_rpc_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     return p
 
 
+def add_rpc_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--rpc-key/--rpc-tracker/--rpc-session-timeout` for `autotune tune` (see `runner_from_args`)."""
+    parser.add_argument("--rpc-key", help="measure on the RPC servers registered under this key (autotune rpc)")
+    parser.add_argument("--rpc-tracker", default=DEFAULT_TRACKER, help="tracker HOST:PORT for --rpc-key")
+    parser.add_argument("--rpc-session-timeout", type=float,
+                        help="seconds one remote measurement may take (default: --timeout + 10)")
+
+
+def runner_from_args(args: argparse.Namespace, options: Any) -> Any:
+    """An RPCRunner when --rpc-key was given, else None (measure locally). `options`: RunnerOptions."""
+    if not args.rpc_key:
+        return None
+    from .rpc import RPCRunner  # rpc imports this module
+
+    host, port = parse_address(args.rpc_tracker)
+    return RPCRunner(args.rpc_key, host, port, options, session_timeout=args.rpc_session_timeout)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def _foreground(proc: subprocess.Popen) -> int:
-    """Wait for a started process; Ctrl-C stops its whole group."""
+    """Wait for a started process; Ctrl-C or SIGTERM stops its whole group."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return proc.wait()
     except KeyboardInterrupt:
         stop(proc)
         return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_tracker(args: argparse.Namespace) -> int:

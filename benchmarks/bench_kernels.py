@@ -13,6 +13,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _baselines import median_time, torch_fn  # noqa: E402
 from _common import blas_info, reexec_clean, write_section  # noqa: E402
 
 TASKS = {
@@ -21,37 +22,8 @@ TASKS = {
 }
 
 
-def _median_time(fn, repeat: int = 7, min_s: float = 0.2) -> float:
-    fn()
-    n, t = 1, 0.0
-    while True:  # calibrate calls per sample so one sample lasts >= min_s
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t = time.perf_counter() - t0
-        if t >= min_s:
-            break
-        n *= 2
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t0) / n)
-    return sorted(samples)[len(samples) // 2]
-
-
-def _torch_fn(op: str, arrays):
-    import torch
-
-    ts = [torch.from_numpy(a) for a in arrays]
-    if op == "matmul":
-        return lambda: torch.matmul(*ts)
-    return lambda: torch.nn.functional.conv2d(ts[0], ts[1], padding=1)
-
-
-def _numpy_fn(op: str, task, arrays):
-    if op == "matmul":
+def _numpy_fn(task, arrays):
+    if task.op == "matmul":
         return lambda: arrays[0] @ arrays[1]
     return lambda: task.opdef.reference(task.shape, arrays)  # im2col view + tensordot (BLAS)
 
@@ -89,8 +61,8 @@ def main() -> None:
         assert np.abs(kernel(*arrays) - ref).max() < 1e-2, "tuned kernel disagrees with numpy"
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
         ours = sorted(kernel.time(*arrays, repeat=7, min_repeat_ms=200))[3]
-        t_torch = _median_time(_torch_fn(op, arrays))
-        t_numpy = _median_time(_numpy_fn(op, task, arrays))
+        t_torch = median_time(torch_fn(task, arrays))
+        t_numpy = median_time(_numpy_fn(task, arrays))
         rows.append(f"| {label} | {trials} | {gf(ours):.0f} | {gf(t_torch):.0f} | {gf(t_numpy):.0f} | "
                     f"{t_torch / ours:.2f}x | {t_numpy / ours:.2f}x |")
         notes.append(f"- {label}: best config #{kernel.config.index} `{kernel.config.to_dict()['knobs']}`; "

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autotune.measure_types import MeasureResult
 from autotune.records import Record
+from autotune.space import ConfigSpace
+from autotune.task import Task
 
 from .features import FeatureCache, extract, valid_rows
 from .xgb_model import XGBCostModel
+
+if TYPE_CHECKING:
+    from search_spaces.base import Template
+
+    from .feature_pool import FeaturePool
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,7 @@ def best_per_config(records: Iterable[Record]) -> dict[tuple[str, str], dict[int
 
 
 def records_dataset(records: Iterable[Record], features: str = "loop", max_per_task: int | None = None,
-                    seed: int = 0, cache: FeatureCache | None = None) -> Dataset:
+                    seed: int = 0, cache: FeatureCache | None = None, pool: FeaturePool | None = None) -> Dataset:
     """Features of every record whose template still exists at the version that made it.
 
     `max_per_task` keeps that many configs per task: the best quarter, then a random sample of the rest.
@@ -61,7 +69,7 @@ def records_dataset(records: Iterable[Record], features: str = "loop", max_per_t
     for (task_key, ref), table in best_per_config(records).items():
         try:
             template = search_spaces.resolve(ref)
-        except Exception as err:  # a template that cannot be imported here: skip its records
+        except Exception as err:  # noqa: BLE001 - a template that cannot be imported here: skip its records
             warnings.warn(f"skipping records of {ref}: {err}", stacklevel=2)
             continue
         if template.version != versions[(task_key, ref)]:
@@ -71,7 +79,7 @@ def records_dataset(records: Iterable[Record], features: str = "loop", max_per_t
         indices = sorted(table)
         if max_per_task is not None and len(indices) > max_per_task:
             indices = _subsample(indices, table, max_per_task, rng)
-        X = extract(task, template, task_space(task, template), indices, features, cache)
+        X = extract(task, template, task_space(task, template), indices, features, cache, pool)
         ok = valid_rows(X)
         if task_key not in keys:
             keys.append(task_key)
@@ -88,10 +96,10 @@ def records_dataset(records: Iterable[Record], features: str = "loop", max_per_t
     return Dataset(np.concatenate(xs), np.concatenate(ys), np.concatenate(gs), keys)
 
 
-_SPACES: dict[tuple[str, str, str], object] = {}  # (task, template name, version) -> ConfigSpace
+_SPACES: dict[tuple[str, str, str], ConfigSpace] = {}  # (task, template name, version) -> space
 
 
-def task_space(task, template):
+def task_space(task: Task, template: Template) -> ConfigSpace:
     """The template's space for a task (cached: define_space may enumerate many factorisations)."""
     key = (task.key, template.name, template.version)
     if key not in _SPACES:

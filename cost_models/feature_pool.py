@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import multiprocessing
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class FeaturePool:
         chunks = [list(configs[k::self.workers]) for k in range(self.workers)]
         try:
             parts = list(self._executor.map(_rows, [task] * self.workers, [template] * self.workers, chunks))
-        except Exception as err:  # pickling or worker failure: compute here from now on
+        except Exception as err:  # noqa: BLE001 - pickling or worker failure: compute here from now on
             warnings.warn(f"feature worker processes failed ({type(err).__name__}: {err}); "
                           "computing features in this process", stacklevel=2)
             self.close()
@@ -63,7 +64,7 @@ class FeaturePool:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    def __enter__(self) -> FeaturePool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

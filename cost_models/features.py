@@ -7,7 +7,8 @@ A config whose template `apply` raises gets a row of NaN (`valid_rows` tells the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,7 +32,7 @@ EXTRACT_THREADS = min(2, host_cores())  # C++ extraction threads (1.5x on 2 core
 class FeatureCache:
     """Rows already computed, per (task, template, kind) and config index; bounded per key (oldest evicted)."""
 
-    def __init__(self, max_rows_per_key: int = 200_000):
+    def __init__(self, max_rows_per_key: int = 65536):  # ~130 MB of loop rows per task at most
         self.max_rows_per_key = max_rows_per_key
         self._rows: dict[tuple[str, str, str, str], dict[int, np.ndarray]] = {}
 
@@ -100,7 +101,7 @@ class _LoopFeaturizer:
         for pos, cfg in enumerate(configs):
             try:
                 sch = template.apply(task, cfg)
-            except Exception:  # any failure of a template means "illegal config"
+            except Exception:  # noqa: BLE001, S112 - any failure of a template means "illegal config"
                 continue
             cands.append(self._ms.MeasureCandidate(sch, []))
             where.append(pos)
@@ -109,12 +110,12 @@ class _LoopFeaturizer:
         ctx = self.context(task)
         try:
             feats = self._extractor.extract_from(ctx, cands)
-        except Exception:  # one bad schedule: extract one by one so the others still count
+        except Exception:  # noqa: BLE001 - one bad schedule: extract one by one so the others still count
             feats = []
             for c in cands:
                 try:
                     feats.append(self._extractor.extract_from(ctx, [c])[0])
-                except Exception:
+                except Exception:  # noqa: BLE001
                     feats.append(None)
         for pos, f in zip(where, feats):
             if f is not None:

@@ -29,8 +29,15 @@ class Template:
 
     @cached_property
     def version(self) -> str:
-        """Hash of the template's module source: records made by other code are told apart."""
-        src = inspect.getsource(sys.modules[self.apply.__module__])
+        """Hash of the template's source and of the helpers it uses from its own package.
+
+        Records made by other code are told apart: an edited template changes what an index means.
+        """
+        module = sys.modules[self.apply.__module__]
+        package = module.__name__.split(".")[0]
+        used = {getattr(v, "__module__", None) or getattr(v, "__name__", "") for v in vars(module).values()}
+        names = sorted({module.__name__} | {m for m in used if m and m.split(".")[0] == package and m in sys.modules})
+        src = "".join(inspect.getsource(sys.modules[m]) for m in names)
         return hashlib.sha1(src.encode()).hexdigest()[:12]
 
 

@@ -3,7 +3,8 @@
 Structure (SRSRS): parallel fused [batch] x i0 x j0 tiles; k0 cache blocking; mid tile i1 x j1
 (order is a knob); k1; register tile i2 x j2 with j2 vectorised (a multiple of 16 lanes when
 N allows). The accumulator C_global is written back per outer tile. The B operand can be
-packed into a tile-contiguous layout [.., N/j2, K, j2] (dense always packs: W is [N, K]).
+packed into a tile-contiguous layout [.., N/j2, K, j2], all up front ("root") or one outer
+tile's panel at a time inside the parallel loop ("tile"); dense W [N, K] needs it most.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ class Gemm:
     batch: str | None = None
     b_name: str = "B"  # the second operand's buffer name
     b_transposed: bool = False  # B operand stored [N, K] (dense) instead of [K, N]
-    pack_choices: tuple[str, ...] = ("none", "root")
+    pack_choices: tuple[str, ...] = ("none", "root", "tile")
 
 
 MATMUL = Gemm("M", "N", "K")
-DENSE = Gemm("batch", "out_features", "in_features", b_name="W", b_transposed=True, pack_choices=("root", "none"))
+DENSE = Gemm("batch", "out_features", "in_features", b_name="W", b_transposed=True, pack_choices=("tile", "root", "none"))
 BATCH_MATMUL = Gemm("M", "N", "K", batch="B", b_name="Bm")
 
 
@@ -75,15 +76,19 @@ def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
     mid = (i1, j1) if cfg["mid_order"] == "ij" else (j1, i1)
     sch.reorder(*outer_b, i0, j0, k0, *mid, k1, i2, j2)
     acc = sch.cache_write(blk, 0, "global")
-    packed = _pack_b(sch, blk, gemm, cfg["tile_j"][-1]) if cfg["pack_b"] == "root" else None
+    packed = _pack_b(sch, blk, gemm, cfg["tile_j"][-1]) if cfg["pack_b"] != "none" else None
     outer = parallel_fused(sch, [*outer_b, i0, j0])
     sch.reverse_compute_at(acc, outer)
     sch.unroll(i2)
     vectorize_loop(sch, j2)
     decompose(sch, blk, k0)
     vectorize_inner(sch, acc, max(VECTOR_LANES, cfg["tile_j"][-1]))
-    if packed is not None:
+    if cfg["pack_b"] == "root":
         _parallel_pack(sch, packed, gemm, cfg["tile_j"][-1])
+    elif cfg["pack_b"] == "tile":  # pack just the outer tile's panel of B, cache-hot for the tile
+        sch.compute_at(packed, outer)
+        if not gemm.b_transposed:
+            vectorize_inner(sch, packed, VECTOR_LANES)
     annotate_unroll(sch, outer, cfg["auto_unroll"])
     return sch
 

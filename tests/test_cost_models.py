@@ -8,11 +8,19 @@ import pytest
 from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import Record
 from autotune.task import make_task
-from cost_models import (LOOP_DIM, FeatureCache, XGBCostModel, extract, feature_dim, records_dataset,
-                         relative_throughput, train_from_records, valid_rows)
+from cost_models import (
+    LOOP_DIM,
+    FeatureCache,
+    XGBCostModel,
+    extract,
+    feature_dim,
+    records_dataset,
+    relative_throughput,
+    train_from_records,
+    valid_rows,
+)
 from search_spaces.base import Template
-from tests.toy_template import (TOY_CONV2D, TOY_MATMUL, TOY_MATMUL_REF, _matmul_apply, _matmul_space,
-                                toy_matmul_cost)
+from tests.toy_template import TOY_CONV2D, TOY_MATMUL, TOY_MATMUL_REF, _matmul_apply, _matmul_space, toy_matmul_cost
 
 MM = make_task("matmul", {"M": 256, "N": 256, "K": 256})
 MM2 = make_task("matmul", {"M": 64, "N": 512, "K": 128})
@@ -166,3 +174,14 @@ def test_records_of_another_template_version_are_skipped():
     with pytest.warns(UserWarning, match="other versions"):
         data = records_dataset([stale], "knob", cache=FeatureCache())
     assert len(data) == 0
+
+
+def test_worker_processes_compute_the_same_features():
+    from cost_models.feature_pool import FeaturePool
+
+    space = TOY_MATMUL.define_space(MM)
+    idx = _valid_indices(MM, TOY_MATMUL, 10, seed=3)
+    here = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache())
+    with FeaturePool(workers=2, min_batch=2) as pool:
+        there = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache(), pool)
+    np.testing.assert_array_equal(here, there)

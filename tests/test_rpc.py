@@ -10,19 +10,27 @@ import subprocess
 import time
 
 import pytest
+from conftest import BUGGY, TINY
 
 from autotune.errors import AutotuneError
 from autotune.measure import LocalBuilder, RunnerOptions
-from autotune.measure_types import MeasureInput
+from autotune.measure_types import ErrorKind, MeasureInput
 from autotune.records import load_records
 from autotune.rpc import RPCRunner
-from autotune.rpc_services import (add_rpc_parser, cmd_rpc, start_server, start_tracker, stop, tracker_status,
-                                   wait_for_servers)
+from autotune.rpc_services import (
+    add_rpc_parser,
+    add_rpc_runner_arguments,
+    cmd_rpc,
+    runner_from_args,
+    start_server,
+    start_tracker,
+    stop,
+    tracker_status,
+    wait_for_servers,
+)
 from autotune.task import make_task
 from autotune.tune import tune
 from search_spaces import resolve
-
-from conftest import TINY
 
 KEY = "test-cpu"
 OPTIONS = RunnerOptions(timeout=10, repeat=2, min_repeat_ms=5)
@@ -40,7 +48,7 @@ class Cluster:
 
     def __init__(self, logs):
         self.logs, self.port, self.procs = logs, free_port(), []
-        self.procs.append(start_tracker("127.0.0.1", self.port, log=logs / "tracker.log"))
+        self.procs.append(start_tracker("127.0.0.1", self.port, log=logs / "tracker.log", wait=0))
 
     @property
     def address(self) -> str:
@@ -74,6 +82,15 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture(scope="module")
+def builder():
+    b = LocalBuilder(workers=1)
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 @pytest.fixture
@@ -117,29 +134,38 @@ def test_killed_server_costs_the_run_nothing(cluster, task, tmp_path, worker_env
     assert len(cluster.servers()) == 2
 
 
-def test_hung_server_is_timed_out_by_the_client_and_its_candidate_retried(cluster, task, worker_env):
+def test_hung_server_is_timed_out_by_the_client_and_its_candidate_retried(cluster, builder, task):
     space = resolve(TINY).define_space(task)
     inputs = [MeasureInput(task, space.get(i), TINY) for i in range(3)]
-    builder = LocalBuilder(workers=1)
     hung = cluster.add_server()
     try:
-        wait_for_servers("127.0.0.1", cluster.port, KEY, 3)
         builds = builder.build(inputs)
-        runner = cluster.runner(session_timeout=3)
+        wait_for_servers("127.0.0.1", cluster.port, KEY, 3)
+        runner = cluster.runner(session_timeout=2)
         _wait_free(cluster, 3)  # the server that answered the runner's probe is back in the queue
         os.killpg(hung.pid, signal.SIGSTOP)  # registered and handed out, but never answers
-        try:
-            t0 = time.monotonic()
-            results = runner.run(inputs, builds)
-            elapsed = time.monotonic() - t0
-        finally:
-            runner.close()
+        t0 = time.monotonic()
+        results = runner.run(inputs, builds)
+        elapsed = time.monotonic() - t0
     finally:
-        builder.close()
         stop(hung)  # SIGKILL ends a stopped group too
     assert all(r.ok for r in results), [r.message for r in results]
     assert runner.retried == 1 and f"127.0.0.1:{_port_of(hung, cluster)}" not in runner.measured_by
     assert elapsed < 30
+
+
+def test_crashing_kernel_costs_its_candidate_not_the_servers(cluster, builder, task):
+    space = resolve(BUGGY).define_space(task)
+    first = {m: MeasureInput(task, space.get(next(i for i in range(len(space)) if space.get(i)["mode"] == m)), BUGGY)
+             for m in ("crash", "wrong", "ok")}
+    inputs = [first["crash"], first["wrong"]]
+    runner = cluster.runner()
+    crash, wrong = runner.run(inputs, builder.build(inputs))
+    assert crash.error is ErrorKind.RUNTIME_ERROR and "after a retry" in crash.message
+    assert wrong.error is ErrorKind.WRONG_ANSWER and runner.retried == 1
+    wait_for_servers("127.0.0.1", cluster.port, KEY, 2, timeout=20)  # both came back after the segfaults
+    ok = [first["ok"], first["ok"]]
+    assert all(r.ok for r in runner.run(ok, builder.build(ok)))
 
 
 def _wait_free(cluster: Cluster, n: int) -> None:
@@ -183,3 +209,11 @@ def test_rpc_status_command(cluster, capsys):
         assert addr in out
     with pytest.raises(AutotuneError, match="bad tracker address"):
         cmd_rpc(parser.parse_args(["rpc", "status", "--tracker", "nowhere"]))
+
+
+def test_tune_arguments_make_a_runner(cluster):
+    parser = argparse.ArgumentParser()
+    add_rpc_runner_arguments(parser)
+    assert runner_from_args(parser.parse_args([]), OPTIONS) is None
+    runner = runner_from_args(parser.parse_args(["--rpc-key", KEY, "--rpc-tracker", cluster.address]), OPTIONS)
+    assert isinstance(runner, RPCRunner) and runner.threads == 1 and runner.session_timeout == OPTIONS.timeout + 10

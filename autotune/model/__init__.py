@@ -1,0 +1,15 @@
+"""Whole-model path: capture a PyTorch model, extract its tunable tasks, tune them in one budget, build it.
+
+    tasks = extract_tasks("models.py:resnet18")             # [(Task, weight), ...]
+    tune_model("models.py:resnet18", trials=2000, log="logs/resnet18.jsonl")
+    model = build_model("models.py:resnet18", logs=["logs/resnet18.jsonl"])
+    out = model(x)                                          # numpy; model.report says what was tuned
+"""
+
+from .build import BuildReport, BuiltModel, build_model
+from .capture import Captured, InputSpec, capture
+from .extract import extract_tasks
+from .scheduler import tune_model
+
+__all__ = ["BuildReport", "BuiltModel", "Captured", "InputSpec", "build_model", "capture", "extract_tasks",
+           "tune_model"]

@@ -1,0 +1,255 @@
+"""Build a captured model with autotune's kernels: tuned ones from logs, default schedules elsewhere.
+
+Pipeline: replace every tunable Relax call by a call_tir to autotune's own scheduled PrimFunc
+(opaque, so FuseOps leaves it alone) -> LegalizeOps -> AnnotateTIROpPattern -> FoldConstant ->
+FuseOps -> FuseTIR -> generic schedules for the remaining functions -> compile -> VM.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import AutotuneError
+from ..records import Record, best_record, by_task, load_records
+from ..task import Task
+from .capture import Captured, InputSpec, capture
+from .default_schedule import default_template_func, generic_schedule
+from .extract import Site, classify, find_sites, merge_sites, resolve_target
+
+OPAQUE = 8  # relax OpPatternKind.kOpaque: FuseOps fuses nothing into it
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """Which schedule a task got, and why."""
+
+    task: Task
+    weight: int
+    tuned: bool
+    config_index: int
+    gflops: float = 0.0  # from the log, when tuned
+    reason: str = ""  # why the default schedule was used
+
+    def line(self) -> str:
+        head = f"{self.task} x{self.weight}"
+        if self.tuned:
+            return f"tuned    {head}: config #{self.config_index}, {self.gflops:.1f} GFLOPS in the log"
+        return f"default  {head}: heuristic config #{self.config_index} ({self.reason})"
+
+
+@dataclass
+class BuildReport:
+    kernels: list[KernelChoice] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # tunable-kind calls left to TVM
+    generic: dict[str, str] = field(default_factory=dict)  # other PrimFunc -> schedule used
+
+    def summary(self) -> str:
+        tuned = sum(k.tuned for k in self.kernels)
+        lines = [f"{tuned} of {len(self.kernels)} tasks tuned from logs, {len(self.kernels) - tuned} default"]
+        lines += ["  " + k.line() for k in self.kernels]
+        lines += [f"  left to TVM: {s}" for s in self.skipped]
+        counts: dict[str, int] = {}
+        for how in self.generic.values():
+            counts[how] = counts.get(how, 0) + 1
+        lines.append(f"  other functions: {len(self.generic)} ("
+                     + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ")")
+        return "\n".join(lines)
+
+
+@dataclass
+class BuiltModel:
+    """A compiled model; call it on numpy arrays or torch tensors of the captured shapes."""
+
+    name: str
+    inputs: tuple[InputSpec, ...]
+    executable: Any
+    report: BuildReport
+    _vm: Any = None
+
+    def _check(self, args: Sequence[Any]) -> list[np.ndarray]:
+        arrays = [np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a) for a in args]
+        got = [(tuple(a.shape), str(a.dtype)) for a in arrays]
+        want = [(s.shape, s.dtype) for s in self.inputs]
+        if got != want:
+            raise AutotuneError(f"{self.name} was captured for inputs {_fmt(want)}; got {_fmt(got)} "
+                                "(re-capture the model for other shapes)")
+        return [np.ascontiguousarray(a) for a in arrays]
+
+    def vm(self) -> Any:
+        if self._vm is None:
+            import tvm
+            from tvm import relax
+
+            self._vm = relax.VirtualMachine(self.executable, tvm.cpu())
+        return self._vm
+
+    def tvm_args(self, *args: Any) -> list[Any]:
+        """Inputs checked against the guard and copied to TVM tensors."""
+        import tvm
+
+        return [tvm.runtime.tensor(a, tvm.cpu()) for a in self._check(args)]
+
+    def run_tvm(self, tvm_args: Sequence[Any]) -> Any:
+        """Run on prepared TVM tensors (for timing); returns TVM's output object."""
+        return self.vm()["main"](*tvm_args)
+
+    def __call__(self, *args: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        outs = _flatten(self.run_tvm(self.tvm_args(*args)))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def export_library(self, path: str | os.PathLike) -> None:
+        self.executable.export_library(str(path))
+
+
+def _fmt(specs: Iterable[tuple[tuple[int, ...], str]]) -> str:
+    return ", ".join(f"{list(s)} {d}" for s, d in specs)
+
+
+def _flatten(out: Any) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    return [a for item in out for a in _flatten(item)]
+
+
+# ---- choosing kernels ---------------------------------------------------------------------
+
+def best_by_task(records: Iterable[Record]) -> dict[str, Record]:
+    """Best valid record per task key, among records made by the current template versions."""
+    import search_spaces
+
+    out: dict[str, Record] = {}
+    for key, recs in by_task(records).items():
+        current = []
+        for r in recs:
+            try:
+                if search_spaces.resolve(r.input.template).version == r.template_version:
+                    current.append(r)
+            except AutotuneError:  # template no longer importable
+                continue
+        best = best_record(current)
+        if best is not None:
+            out[key] = best
+    return out
+
+
+def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]) -> tuple[Any, KernelChoice]:
+    """Autotune's PrimFunc for a task: the best logged config, else the heuristic default."""
+    import search_spaces
+
+    rec = best.get(task.key)
+    reason = "no valid record in the logs"
+    if task.key in stale and rec is None:
+        reason = "records only from another template version"
+    if rec is not None:
+        tmpl = search_spaces.resolve(rec.input.template)
+        try:
+            cfg = tmpl.define_space(task).get(rec.input.config.index)
+            func = tmpl.apply(task, cfg).mod["main"]
+            return func, KernelChoice(task, weight, True, cfg.index, rec.gflops())
+        except Exception as err:  # a logged config the template no longer accepts
+            reason = f"logged config #{rec.input.config.index} failed to apply ({type(err).__name__})"
+    tmpl = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
+    func, cfg = default_template_func(tmpl, task)
+    return func, KernelChoice(task, weight, False, cfg.index, 0.0, reason)
+
+
+# ---- rewriting the Relax module -----------------------------------------------------------
+
+def _replace_calls(mod: Any, target: dict, kernels: dict[str, Any]) -> Any:
+    """Replace each tunable call by call_tir of its task's kernel (reshaping operands as needed)."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    @mutator
+    class _Rewriter(PyExprMutator):
+        def __init__(self, module: Any):
+            super().__init__(module)
+            self.gvars: dict[str, Any] = {}
+
+        def _gvar(self, task: Task) -> Any:
+            if task.key not in self.gvars:
+                name = f"autotune_{task.op}_{len(self.gvars)}"
+                func = (kernels[task.key].with_attr("global_symbol", name).with_attr("op_pattern", OPAQUE)
+                        .with_attr("tirx.is_scheduled", True))
+                self.gvars[task.key] = self.builder_.add_func(func, name)
+            return self.gvars[task.key]
+
+        def _as(self, expr: Any, shape: tuple[int, ...]) -> Any:
+            if tuple(int(d) for d in expr.ty.shape) == shape:
+                return expr
+            return self.builder_.emit(relax.op.reshape(expr, shape))
+
+        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's mutator protocol
+            call = super().visit_call_(call)
+            site = classify(call, target)
+            if not isinstance(site, Site):
+                return call
+            args = [self._as(call.args[0], site.a_shape), self._as(call.args[1], site.b_shape)]
+            shape = tuple(int(d) for d in site.task.opdef.output_shape(site.task.shape))
+            out = relax.call_tir(self._gvar(site.task), args, relax.TensorType(shape, "float32"))
+            if shape != site.out_shape:
+                out = relax.op.reshape(self.builder_.emit(out), site.out_shape)
+            return out
+
+    rewriter = _Rewriter(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
+
+
+def lower_model(mod: Any, target: dict, kernels: dict[str, Any], tvm_target: Any) -> tuple[Any, dict[str, str]]:
+    """Rewrite, legalize, fuse and schedule: a module ready for the VM's lowering passes."""
+    import tvm
+    from tvm import relax, tirx
+
+    mod = _replace_calls(mod, target, kernels)
+    mod = tvm.transform.Sequential([
+        relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
+        relax.transform.FuseOps(), relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()])(mod)
+    generic: dict[str, str] = {}
+    for gv, func in list(mod.functions_items()):
+        if isinstance(func, tirx.PrimFunc) and not int(func.attrs.get("tirx.is_scheduled", 0) or 0):
+            mod[gv], generic[gv.name_hint] = generic_schedule(func, tvm_target)
+    return mod, generic
+
+
+def compile_lowered(mod: Any, tvm_target: Any) -> Any:
+    """Compile with the CPU backend's VM lowering only (our fusion and schedules stay as they are)."""
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    passes = tvm.transform.Sequential(cpu.dataflow_lower_passes(tvm_target) + cpu.finalize_passes(tvm_target))
+    return tvm.compile(mod, target=tvm_target, relax_pipeline=passes)
+
+
+def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str | dict = "llvm",
+                inputs: Any = None, records: Iterable[Record] | None = None) -> BuiltModel:
+    """Compile a model with the best logged schedule of each task (default schedules elsewhere)."""
+    import warnings
+
+    import search_spaces
+
+    from ..target import to_tvm_target
+
+    tgt = resolve_target(target)
+    captured = model if isinstance(model, Captured) else capture(model, inputs)
+    sites, skipped = find_sites(captured.mod, tgt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        recs = list(records) if records is not None else load_records(list(logs))
+    best = best_by_task(recs)
+    stale = {r.task.key for r in recs if r.result.ok}
+    report = BuildReport(skipped=[f"{s.what}: {s.reason}" for s in skipped])
+    kernels: dict[str, Any] = {}
+    for task, weight in merge_sites(sites):
+        search_spaces.default_template_ref(task.op, task.target_kind)  # fail early without a template
+        kernels[task.key], choice = kernel_for(task, weight, best, stale)
+        report.kernels.append(choice)
+    tvm_target = to_tvm_target(tgt)
+    mod, report.generic = lower_model(captured.mod, tgt, kernels, tvm_target)
+    return BuiltModel(captured.name, captured.inputs, compile_lowered(mod, tvm_target), report)

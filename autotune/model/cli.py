@@ -1,0 +1,108 @@
+"""Model subcommands: extract, tune-model, build, export-db (registered by `add_model_commands`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import AutotuneError
+
+MODEL_HELP = "path/to/file.py:factory (returns (module, example_inputs)) or a saved torch.export .pt2"
+
+
+def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register the model subcommands; each sets `handler` (args -> exit code)."""
+    e = subparsers.add_parser("extract", help="list a model's tunable tasks with weights and FLOPs")
+    e.add_argument("model", help=MODEL_HELP)
+    e.add_argument("--target", default="llvm", help="llvm (this CPU) or a JSON target dict")
+    e.set_defaults(handler=cmd_extract)
+
+    t = subparsers.add_parser("tune-model", help="tune all tasks of a model in one trial budget (resumable)")
+    t.add_argument("model", help=MODEL_HELP)
+    t.add_argument("--trials", type=int, required=True, help="trials in total over all tasks (the log's count)")
+    t.add_argument("--log", required=True, help="log file shared by all tasks; re-running continues it")
+    t.add_argument("--target", default="llvm")
+    t.add_argument("--tuner", default="xgb", help="random | grid | xgb (default)")
+    t.add_argument("--round-trials", type=int, default=16, help="trials per scheduling round")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=0, help="kernel threads (default: every core)")
+    t.add_argument("--timeout", type=float, default=10.0, help="seconds per candidate run")
+    t.add_argument("--repeat", type=int, default=3)
+    t.add_argument("--min-repeat-ms", type=float, default=100.0)
+    t.set_defaults(handler=cmd_tune_model)
+
+    b = subparsers.add_parser("build", help="compile a model with the best schedules in logs")
+    b.add_argument("model", help=MODEL_HELP)
+    b.add_argument("--logs", nargs="*", default=[], help="tuning logs (none: default schedules only)")
+    b.add_argument("-o", "--output", required=True, help="shared library to write (load with relax.VirtualMachine)")
+    b.add_argument("--target", default="llvm")
+    b.set_defaults(handler=cmd_build)
+
+    d = subparsers.add_parser("export-db", help="write the best schedules as a MetaSchedule JSONDatabase")
+    d.add_argument("logs", nargs="+")
+    d.add_argument("-o", "--output", required=True, help="database directory (work_dir of JSONDatabase)")
+    d.set_defaults(handler=cmd_export_db)
+
+
+def _check_logs(paths: list[str]) -> None:
+    for p in paths:
+        if not Path(p).is_file():
+            raise AutotuneError(f"log {p} does not exist or is not a file")
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from .extract import extract_tasks
+
+    tasks = extract_tasks(args.model, target=args.target)
+    if not tasks:
+        print("no tunable operator (conv2d, depthwise conv2d, matmul) found")
+        return 1
+    total = sum(t.flops * w for t, w in tasks)
+    print(f"{len(tasks)} tasks, {sum(w for _, w in tasks)} calls, {total / 1e9:.3f} GFLOP per inference")
+    print(f"{'key':<30} {'weight':>6} {'GFLOP':>9} {'share':>6}  task")
+    for t, w in sorted(tasks, key=lambda tw: -tw[0].flops * tw[1]):
+        print(f"{t.key:<30} {w:>6} {t.flops * w / 1e9:>9.4f} {100 * t.flops * w / total:>5.1f}%  {t}")
+    return 0
+
+
+def cmd_tune_model(args: argparse.Namespace) -> int:
+    from ..measure import LocalBuilder, LocalRunner, RunnerOptions
+    from .scheduler import tune_model
+
+    if args.round_trials < 1:
+        raise AutotuneError("--round-trials must be >= 1")
+    runner_options = RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
+                                   min_repeat_ms=args.min_repeat_ms)
+    builder, runner = LocalBuilder(), LocalRunner(runner_options)
+    try:
+        result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
+                            round_trials=args.round_trials, seed=args.seed, builder=builder, runner=runner)
+    finally:
+        builder.close()
+        runner.close()
+    print(result.summary())
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .build import build_model
+
+    _check_logs(args.logs)
+    model = build_model(args.model, logs=args.logs, target=args.target)
+    print(model.report.summary())
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    model.export_library(args.output)
+    print(f"wrote {args.output} (inputs: {', '.join(map(str, model.inputs))})")
+    return 0
+
+
+def cmd_export_db(args: argparse.Namespace) -> int:
+    from .export_db import export_database
+
+    _check_logs(args.logs)
+    written = export_database(args.logs, args.output)
+    for e in written:
+        print(f"{e.task.key}  {e.task}  config #{e.config_index}  {e.mean_s * 1e3:.4f} ms")
+    print(f"wrote {len(written)} records to {args.output}", file=sys.stderr)
+    return 0

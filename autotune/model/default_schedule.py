@@ -1,0 +1,167 @@
+"""Schedules without tuning: a heuristic template config for tunable ops, a generic one for the rest.
+
+Generic schedule of a PrimFunc: TVM's DLight CPU reduction rule when it applies (softmax,
+layer norm: parallel over rows), else per block: inline injective producers, fuse the leading
+spatial loops and run them in parallel, vectorise the innermost spatial loop.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..space import Config, ConfigSpace
+from ..task import Task
+
+VECTOR = 16  # fp32 lanes of a 512-bit register
+MIN_PARALLEL_WORK = 4096  # loop iterations below which threading costs more than it saves
+
+# Preferred inner factors (innermost first) per split knob, per operator.
+SPLIT_PREFS: dict[str, dict[str, tuple[int, ...]]] = {
+    "gemm": {"tile_i": (4, 4), "tile_j": (32, 2), "tile_k": (256,)},
+    "conv2d": {"tile_k": (16, 2), "tile_y": (1,), "tile_x": (8, 1), "tile_c": (32,)},
+    "depthwise_conv2d": {"tile_c": (16,), "tile_y": (1,), "tile_x": (8,)},
+}
+CHOICE_PREFS: dict[str, dict[str, Any]] = {
+    "gemm": {"mid_order": "ij", "auto_unroll": 64},
+    "conv2d": {"vec_axis": "k", "c0_outer": True, "reduction_order": "c1_r_s", "pad": "root", "auto_unroll": 16},
+    "depthwise_conv2d": {"vec_axis": "c", "input_at": "tile", "auto_unroll": 64},
+}
+
+
+def _family(op: str) -> str:
+    return "gemm" if op in ("matmul", "dense", "batch_matmul") else op
+
+
+def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:
+    inner = value[::-1][: len(prefs)]
+    return sum(abs(math.log2(f) - math.log2(p)) for f, p in zip(inner, prefs))
+
+
+def _pick(knob: Any, family: str, task: Task) -> Any:
+    if knob.kind == "split":
+        prefs = SPLIT_PREFS.get(family, {}).get(knob.name, (VECTOR,))
+        return min(knob.candidates, key=lambda v: _split_score(v, prefs))
+    want = CHOICE_PREFS.get(family, {}).get(knob.name)
+    if knob.name == "pack_b":  # packing B costs a pass over it: only worth it with enough rows
+        rows = task.shape.get("M", task.shape.get("batch", 1))
+        want = "tile" if rows >= 16 else "none"
+    return want if want in knob.candidates else knob.candidates[0]
+
+
+def heuristic_configs(space: ConfigSpace, task: Task, count: int = 8) -> list[Config]:
+    """The heuristic config first, then variants of it (one knob changed) as fallbacks."""
+    family = _family(task.op)
+    digits = [knob.candidates.index(_pick(knob, family, task)) for knob in space.knobs]
+    out = [space.index_of(digits)]
+    for i, knob in enumerate(space.knobs):
+        for d in range(len(knob)):
+            if len(out) >= count:
+                break
+            alt = digits[:i] + [d] + digits[i + 1:]
+            if space.index_of(alt) not in out:
+                out.append(space.index_of(alt))
+    return [space.get(i) for i in out]
+
+
+def default_template_func(template: Any, task: Task) -> tuple[Any, Config]:
+    """PrimFunc of the first heuristic config the template accepts."""
+    space = template.define_space(task)
+    errors = []
+    for cfg in heuristic_configs(space, task):
+        try:
+            return template.apply(task, cfg).mod["main"], cfg
+        except Exception as err:  # an illegal config: try the next fallback
+            errors.append(f"#{cfg.index}: {type(err).__name__}")
+    raise RuntimeError(f"no heuristic config of {template.name} applies: {'; '.join(errors)}")
+
+
+# ---- generic schedule of any PrimFunc -----------------------------------------------------
+
+def _dlight_reduction(func: Any, target: Any) -> Any | None:
+    from tvm.s_tir.dlight.cpu import Reduction
+
+    try:
+        sch = Reduction().apply(func, target, False)
+    except Exception:  # the rule's analysis does not cover this function
+        return None
+    return sch
+
+
+def _inline_producers(sch: Any) -> None:
+    blocks = sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []
+    for blk in list(blocks)[:-1]:
+        try:
+            sch.compute_inline(blk)
+        except Exception:  # not injective or not inlinable: keep it as its own loop nest
+            pass
+
+
+def _has_root(sch: Any) -> bool:
+    try:
+        sch.get_sblock("root")
+        return True
+    except Exception:
+        return False
+
+
+def _extent(sch: Any, loop: Any) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext) if hasattr(ext, "value") else None
+
+
+def _schedule_block(sch: Any, blk: Any) -> bool:
+    """Parallelise and vectorise one block's loop nest; False when it is left as is."""
+    loops = sch.get_loops(blk)
+    block = sch.get(blk)
+    if not loops or len(loops) != len(block.iter_vars):
+        return False
+    kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0 = data parallel
+    n_spatial = next((i for i, k in enumerate(kinds) if k != 0), len(kinds))
+    if n_spatial == 0:
+        return False
+    extents = [_extent(sch, lp) for lp in loops]
+    if any(e is None for e in extents):
+        return False
+    spatial = list(loops[:n_spatial])
+    vector_loop = None
+    if n_spatial == len(loops):  # purely spatial: vectorise the innermost loop
+        inner = extents[n_spatial - 1]
+        if inner % VECTOR == 0 and inner > VECTOR:
+            spatial[-1], vector_loop = sch.split(spatial[-1], factors=[None, VECTOR])
+        elif 2 <= inner <= VECTOR:
+            vector_loop = spatial.pop()
+    outer = [lp for lp in spatial if lp is not None]
+    work = math.prod(extents)
+    if outer and work >= MIN_PARALLEL_WORK:
+        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        if _extent(sch, fused) and _extent(sch, fused) > 1:
+            sch.parallel(fused)
+    if vector_loop is not None:
+        sch.vectorize(vector_loop)
+    return True
+
+
+def _generic(func: Any) -> Any:
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    _inline_producers(sch)
+    for blk in sch.get_child_blocks(sch.get_sblock("root")):
+        try:
+            _schedule_block(sch, blk)
+        except Exception:  # a primitive refused: this block stays serial
+            continue
+    return sch
+
+
+def generic_schedule(func: Any, target: Any) -> tuple[Any, str]:
+    """(scheduled PrimFunc marked scheduled, which schedule was used)."""
+    sch = _dlight_reduction(func, target)
+    how = "dlight-reduction"
+    if sch is None:
+        try:
+            sch, how = _generic(func), "generic"
+        except Exception:  # nothing applies: leave the function unscheduled but valid
+            return func.with_attr("tirx.is_scheduled", True), "unscheduled"
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True), how

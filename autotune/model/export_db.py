@@ -1,0 +1,60 @@
+"""Export the best schedule of each task in a log as a MetaSchedule JSONDatabase.
+
+Each workload is the task's own IRModule (`prim_func(task)` as "main"), each record the trace
+of the template's schedule for the best config. TVM users apply it with
+`relax.transform.MetaScheduleApplyDatabase` to any function structurally equal to that
+workload. Functions that TVM's LegalizeOps produces for the same operator are *not*
+structurally equal to autotune's (different block structure and index expressions), so the
+database only matches modules that contain autotune's own PrimFuncs (see tests/test_model.py).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import AutotuneError
+from ..records import load_records
+from ..task import Task
+from .build import best_by_task
+
+
+@dataclass(frozen=True)
+class Exported:
+    task: Task
+    config_index: int
+    mean_s: float
+
+
+def export_database(logs: Sequence[str | os.PathLike], work_dir: str | os.PathLike) -> list[Exported]:
+    """Write the best valid record of every task in the logs into `work_dir`; returns what was written."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    import search_spaces
+
+    from ..target import to_tvm_target
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = load_records(list(logs))
+    best = best_by_task(records)
+    if not best:
+        raise AutotuneError(f"no valid record (of a current template version) in {', '.join(map(str, logs))}")
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    db = ms.database.JSONDatabase(work_dir=str(work_dir))
+    out = []
+    for rec in best.values():
+        task = rec.task
+        tmpl = search_spaces.resolve(rec.input.template)
+        sch = tmpl.apply(task, tmpl.define_space(task).get(rec.input.config.index))
+        workload_mod = tvm.IRModule({"main": search_spaces.prim_func(task)})
+        workload = db.commit_workload(workload_mod)
+        db.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, workload, run_secs=[rec.result.mean_s], target=to_tvm_target(task.target),
+            args_info=ms.arg_info.ArgInfo.from_prim_func(workload_mod["main"])))
+        out.append(Exported(task, rec.input.config.index, rec.result.mean_s))
+    return out

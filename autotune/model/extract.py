@@ -1,0 +1,167 @@
+"""Find the tunable operators of a captured model and turn them into tasks.
+
+Tunable calls are recognised in the Relax module *before* legalization, where the operator
+attributes (strides, padding, dilation, groups, layouts) are explicit:
+  R.nn.conv2d NCHW/OIHW, groups 1              -> conv2d
+  R.nn.conv2d groups == channels, weight [C,1,R,S] -> depthwise_conv2d
+  R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
+  R.matmul [b.., M, K] @ [b.., K, N]            -> batch_matmul (B = product of batch dims)
+Anything else of these ops is left to TVM, with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AutotuneError
+from ..task import Task, make_task
+from .capture import Captured, capture
+
+
+@dataclass(frozen=True)
+class Site:
+    """One tunable call: its task and how its operands map onto the task's operands."""
+
+    task: Task
+    a_shape: tuple[int, ...]  # task's first operand shape (operand reshaped to it when it differs)
+    b_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]  # the call's own output shape (task output reshaped back to it)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A call of a tunable kind that autotune leaves to TVM, and why."""
+
+    what: str
+    reason: str
+
+
+def _shape(expr: Any) -> tuple[int, ...] | None:
+    ty = expr.ty
+    shape = getattr(ty, "shape", None)
+    if shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in shape)
+    except TypeError:  # symbolic dimension
+        return None
+
+
+def _dtype(expr: Any) -> str:
+    return str(expr.ty.dtype)
+
+
+def _conv_site(call: Any, target: dict) -> Site | Skipped:
+    a = call.attrs
+    data, weight = _shape(call.args[0]), _shape(call.args[1])
+    what = f"conv2d data={data} weight={weight}"
+    if data is None or weight is None:
+        return Skipped(what, "dynamic shape")
+    if (a.data_layout, a.kernel_layout, a.out_layout or "NCHW") != ("NCHW", "OIHW", "NCHW"):
+        return Skipped(what, f"layout {a.data_layout}/{a.kernel_layout}/{a.out_layout} (only NCHW/OIHW)")
+    if {_dtype(call.args[0]), _dtype(call.args[1])} != {"float32"} or str(a.out_dtype) not in ("", "void", "float32"):
+        return Skipped(what, "dtype is not float32")
+    strides, padding, dilation = (tuple(int(v) for v in x) for x in (a.strides, a.padding, a.dilation))
+    if len(set(strides)) != 1 or len(set(padding)) != 1 or len(set(dilation)) != 1:
+        return Skipped(what, f"non-uniform strides {strides} / padding {padding} / dilation {dilation}")
+    n, c, h, w = data
+    k, cg, r, s = weight
+    groups = int(a.groups)
+    p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": strides[0], "padding": padding[0]}
+    if groups == 1:
+        op, p = "conv2d", {**p, "K": k, "dilation": dilation[0]}
+    elif groups == c and cg == 1 and k == c:
+        if dilation[0] != 1:
+            return Skipped(what, "dilated depthwise convolution")
+        op = "depthwise_conv2d"
+    else:
+        return Skipped(what, f"grouped convolution (groups={groups})")
+    task = make_task(op, p, target=target)
+    out = _shape(call)
+    return Site(task, data, weight, out)
+
+
+def _matmul_site(call: Any, target: dict) -> Site | Skipped:
+    a, b = _shape(call.args[0]), _shape(call.args[1])
+    what = f"matmul {a} @ {b}"
+    if a is None or b is None:
+        return Skipped(what, "dynamic shape")
+    if {_dtype(call.args[0]), _dtype(call.args[1])} != {"float32"}:
+        return Skipped(what, "dtype is not float32")
+    if len(a) < 2 or len(b) < 2:
+        return Skipped(what, "vector operand (rank 1)")
+    out = _shape(call)
+    k = a[-1]
+    if len(b) == 2:
+        m = math.prod(a[:-1])
+        task = make_task("matmul", {"M": m, "N": b[1], "K": k}, target=target)
+        return Site(task, (m, k), b, out)
+    if len(a) == len(b) and a[:-2] == b[:-2]:
+        batch = math.prod(a[:-2])
+        task = make_task("batch_matmul", {"B": batch, "M": a[-2], "N": b[-1], "K": k}, target=target)
+        return Site(task, (batch, a[-2], k), (batch, k, b[-1]), out)
+    return Skipped(what, "broadcast batch dimensions")
+
+
+def classify(call: Any, target: dict) -> Site | Skipped | None:
+    """Site for a tunable call, Skipped for a conv/matmul autotune cannot take, None otherwise."""
+    name = getattr(call.op, "name", "")
+    if name == "relax.nn.conv2d":
+        return _conv_site(call, target)
+    if name == "relax.matmul":
+        return _matmul_site(call, target)
+    return None
+
+
+def find_sites(mod: Any, target: dict) -> tuple[list[Site], list[Skipped]]:
+    """Every tunable call of the Relax module's functions, in program order."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprVisitor, visitor
+
+    sites: list[Site] = []
+    skipped: list[Skipped] = []
+
+    @visitor
+    class _Finder(PyExprVisitor):
+        def visit_call_(self, call: Any) -> None:  # noqa: N802 - TVM's visitor protocol
+            super().visit_call_(call)
+            found = classify(call, target)
+            if isinstance(found, Site):
+                sites.append(found)
+            elif isinstance(found, Skipped):
+                skipped.append(found)
+
+    finder = _Finder()
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            finder.visit_expr(func)
+    return sites, skipped
+
+
+def merge_sites(sites: list[Site]) -> list[tuple[Task, int]]:
+    """Tasks by key, in order of first appearance, weighted by their number of calls."""
+    weights: dict[str, int] = {}
+    tasks: dict[str, Task] = {}
+    for s in sites:
+        tasks.setdefault(s.task.key, s.task)
+        weights[s.task.key] = weights.get(s.task.key, 0) + 1
+    return [(tasks[k], weights[k]) for k in tasks]
+
+
+def resolve_target(target: str | dict) -> dict:
+    """Target dict of a user's target spec; the model path supports CPU (llvm) only for now."""
+    from ..target import parse_target
+
+    tgt = parse_target(target)
+    if tgt["kind"] != "llvm":
+        raise AutotuneError(f"the model path supports the llvm (CPU) target only, not {tgt['kind']}")
+    return tgt
+
+
+def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -> list[tuple[Task, int]]:
+    """Tunable tasks of a model (reference, module or Captured) with their call counts."""
+    captured = model if isinstance(model, Captured) else capture(model, inputs)
+    sites, _ = find_sites(captured.mod, resolve_target(target))
+    return merge_sites(sites)

@@ -1,0 +1,164 @@
+"""Task scheduler: one trial budget for all tasks of a model, spent where end-to-end latency drops most.
+
+Rounds of `round_trials` trials go to one task at a time. First every task gets one round
+(warm-up), then the task with the most negative estimated gradient of weighted latency
+(Ansor's task scheduler): a mix of the recent improvement per trial (backward) and an
+optimistic decay of the current best (forward, best / trials). Everything is derived from the
+log, so re-running the same command continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import AutotuneError
+from ..records import LogReadStats, Record, iter_records
+from ..task import Task
+from .extract import extract_tasks
+
+BACKWARD_WINDOW = 2  # rounds over which the recent improvement is measured
+ALPHA = 0.2  # weight of the backward (observed) gradient against the forward (optimistic) one
+
+
+@dataclass
+class TaskState:
+    """What the scheduler knows about one task: its trials so far and its best latency after each."""
+
+    task: Task
+    weight: int
+    trials: int = 0
+    best_history: list[float] = field(default_factory=list)  # best seconds after each trial (inf: none yet)
+    exhausted: bool = False
+
+    @property
+    def best(self) -> float:
+        return self.best_history[-1] if self.best_history else math.inf
+
+    def add(self, records: list[Record]) -> None:
+        best = self.best
+        for r in records:
+            if r.result.ok:
+                best = min(best, r.result.mean_s)
+            self.best_history.append(best)
+        self.trials += len(records)
+
+    def weighted_latency(self) -> float:
+        return self.weight * self.best if math.isfinite(self.best) else math.inf
+
+
+def gradient(state: TaskState, window: int) -> float:
+    """Estimated change of weighted latency per extra trial (more negative: more promising)."""
+    if not math.isfinite(state.best):
+        return -math.inf  # no valid schedule yet: its latency is unknown, so it is the most urgent
+    hist = state.best_history
+    past = hist[-window - 1] if len(hist) > window else hist[0]
+    backward = (state.best - past) / min(window, max(1, len(hist) - 1)) if math.isfinite(past) else 0.0
+    forward = -state.best / max(1, state.trials)
+    return state.weight * (ALPHA * backward + (1 - ALPHA) * forward)
+
+
+def pick_task(states: list[TaskState], round_trials: int) -> TaskState | None:
+    """The next task to tune: warm-up order first, then the steepest estimated gradient."""
+    open_ = [s for s in states if not s.exhausted]
+    if not open_:
+        return None
+    cold = [s for s in open_ if s.trials < round_trials]
+    if cold:
+        return cold[0]
+    return min(open_, key=lambda s: (gradient(s, BACKWARD_WINDOW * round_trials), -s.weighted_latency()))
+
+
+@dataclass
+class ModelTuneResult:
+    states: list[TaskState]
+    log: Path
+    resumed: int  # trials already in the log when this run started
+    spent: int  # trials run by this call
+
+    def summary(self) -> str:
+        total = sum(s.weighted_latency() for s in self.states if math.isfinite(s.best))
+        lines = [f"{sum(s.trials for s in self.states)} trials in {self.log} ({self.resumed} resumed, "
+                 f"{self.spent} new); tuned-kernel time per inference {total * 1e3:.3f} ms"]
+        for s in self.states:
+            best = f"{s.best * 1e3:.4f} ms, {s.task.flops / s.best / 1e9:.1f} GFLOPS" if math.isfinite(s.best) \
+                else "no valid config"
+            lines.append(f"  {s.task} x{s.weight}: {s.trials} trials, best {best}")
+        return "\n".join(lines)
+
+
+def _resume(states: list[TaskState], log: Path) -> None:
+    import search_spaces
+
+    from ..tune import resumable_records
+
+    for s in states:
+        ref = search_spaces.default_template_ref(s.task.op, s.task.target_kind)
+        s.add(resumable_records(log, s.task, ref, search_spaces.resolve(ref).version))
+
+
+def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "llvm", tuner: str = "xgb",
+               inputs: Any = None, round_trials: int = 16, seed: int = 0,
+               tune_fn: Callable[..., Any] | None = None, builder: Any = None, runner: Any = None,
+               progress: Callable[[str], None] | None = None, **tune_kwargs: Any) -> ModelTuneResult:
+    """Tune every task of the model until `trials` trials in total are in the log (resumable).
+
+    `tune_fn` defaults to `autotune.tune.tune`; `builder`/`runner` are shared by all rounds
+    (created here when not given, so worker processes start once).
+    """
+    from ..measure import LocalBuilder, LocalRunner
+    from ..tune import ensure_measurable, tune
+    from ..tuners import get_tuner_class
+
+    if trials < 1:
+        raise AutotuneError("--trials must be >= 1")
+    get_tuner_class(tuner)
+    tasks = extract_tasks(model, inputs, target)
+    if not tasks:
+        raise AutotuneError("the model has no tunable operator (conv2d, depthwise conv2d, matmul)")
+    log = Path(log)
+    states = [TaskState(t, w) for t, w in tasks]
+    _resume(states, log)
+    resumed = sum(s.trials for s in states)
+    tune_fn = tune_fn or tune
+    say = progress or (lambda msg: print(msg, file=sys.stderr))
+    own_builder, own_runner = builder is None, runner is None
+    if own_runner:
+        for t, _ in tasks:
+            ensure_measurable(t)
+    builder = builder or LocalBuilder()
+    runner = runner or LocalRunner()
+    try:
+        while sum(s.trials for s in states) < trials:
+            state = pick_task(states, round_trials)
+            if state is None:
+                say("every task's search space is exhausted")
+                break
+            want = min(round_trials, trials - sum(s.trials for s in states))
+            before = state.trials
+            result = tune_fn(state.task, trials=before + want, tuner=tuner, log=log, seed=seed + before,
+                             batch_size=want, builder=builder, runner=runner, **tune_kwargs)
+            new = result.records[before:] if len(result.records) >= before else []
+            state.add(list(new))
+            if not new or result.stopped == "search space exhausted":
+                state.exhausted = True
+            best = f"{state.best * 1e3:.4f} ms" if math.isfinite(state.best) else "none valid"
+            say(f"[{sum(s.trials for s in states)}/{trials}] {state.task} x{state.weight}: "
+                f"+{len(new)} trials, best {best}")
+    finally:
+        if own_builder:
+            builder.close()
+        if own_runner:
+            runner.close()
+    return ModelTuneResult(states, log, resumed, sum(s.trials for s in states) - resumed)
+
+
+def log_tasks(log: str | Path) -> list[Task]:
+    """Distinct tasks in a log, in order of first appearance."""
+    seen: dict[str, Task] = {}
+    for r in iter_records(log, LogReadStats()):
+        seen.setdefault(r.task.key, r.task)
+    return list(seen.values())

@@ -1,0 +1,109 @@
+"""Benchmark models written out in the repo (random weights, nothing downloaded).
+
+Each factory returns (module in eval mode, example inputs):
+  resnet18            ResNet-18, 1x3x224x224
+  transformer_layer   torch.nn.TransformerEncoderLayer, d_model 768, 12 heads, seq 128, batch 1
+  mobilenet_blocks    MobileNetV2-style inverted-residual stack (depthwise 3x3), 1x3x224x224
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], 64
+        for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int):
+        super().__init__()
+        hidden = cin * expand
+        self.use_res = stride == 1 and cin == cout
+        self.block = nn.Sequential(
+            nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
+            nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.use_res else y
+
+
+class MobileNetBlocks(nn.Module):
+    """The first stages of MobileNetV2 (to 14x14), then pooling and a classifier."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6())
+        cfg = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 2, 2)]  # expand, out, repeats, stride
+        layers, cin = [], 32
+        for expand, cout, repeats, stride in cfg:
+            for i in range(repeats):
+                layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand))
+                cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
+def _ready(model: nn.Module) -> nn.Module:
+    torch.manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def resnet18():
+    torch.manual_seed(0)
+    return _ready(ResNet18()), (torch.randn(1, 3, 224, 224),)
+
+
+def transformer_layer():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True)
+    return _ready(layer), (torch.randn(1, 128, 768),)
+
+
+def mobilenet_blocks():
+    torch.manual_seed(0)
+    return _ready(MobileNetBlocks()), (torch.randn(1, 3, 224, 224),)
+
+
+MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks}

@@ -1,0 +1,64 @@
+"""Small PyTorch models for the model-path tests; each factory returns (module, example_inputs)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ConvNet(nn.Module):
+    """conv+bn+relu, depthwise conv, two same-shape convs (one task, weight 2), pooling, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        self.dw = nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.conv3 = nn.Conv2d(16, 16, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        y = torch.relu(self.dw(y))
+        y = torch.relu(self.conv2(y)) + y
+        y = torch.relu(self.conv3(y))
+        return self.fc(torch.flatten(self.pool(y), 1))
+
+
+class TinyAttention(nn.Module):
+    """Single-head-per-call attention block with a residual and a layer norm."""
+
+    def __init__(self, dim: int = 32, heads: int = 2):
+        super().__init__()
+        self.heads, self.dim = heads, dim
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return self.norm(x + self.proj(y))
+
+
+def _init(model: nn.Module, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):  # non-trivial running stats, so the bn math is exercised
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def convnet():
+    torch.manual_seed(0)
+    return _init(ConvNet(), 1), (torch.randn(1, 3, 16, 16),)
+
+
+def tiny_attention():
+    torch.manual_seed(0)
+    return _init(TinyAttention(), 1), (torch.randn(1, 16, 32),)
