@@ -24,7 +24,7 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout"],
+        "test": ["pytest>=7", "pytest-timeout", "torch==2.13.0"],
         "torch": ["torch==2.13.0"],
         "bench": ["torch==2.13.0", "matplotlib", "threadpoolctl"],
     },

@@ -1,4 +1,4 @@
-"""Command line: autotune tune | best | show | ops | train-model."""
+"""Command line: autotune tune | best | show | ops | train-model | rpc | extract | tune-model | build | export-db."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from .errors import AutotuneError
+from .model.cli import add_model_commands
 from .rpc_services import add_rpc_parser, add_rpc_runner_arguments, cmd_rpc, runner_from_args
 
 EXAMPLE_SHAPES = {
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("ops", help="list operators, their parameters and space sizes")
     add_rpc_parser(sub)
+    add_model_commands(sub)
 
     m = sub.add_parser("train-model", help="train a cost model on logs and save it")
     m.add_argument("logs", nargs="+")
@@ -75,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)
     try:
-        return COMMANDS[args.command](args)
+        handler = getattr(args, "handler", None) or COMMANDS[args.command]
+        return handler(args)
     except AutotuneError as err:
         print(f"autotune: error: {err}", file=sys.stderr)
         return 2

@@ -5,17 +5,6 @@ from .features import DEFAULT_CACHE, KINDS, LOOP_DIM, FeatureCache, extract, fea
 from .xgb_model import XGBCostModel, relative_throughput
 
 __all__ = [
-           "DEFAULT_CACHE",
-           "KINDS",
-           "LOOP_DIM",
-           "Dataset",
-           "FeatureCache",
-           "XGBCostModel",
-           "extract",
-           "feature_dim",
-           "records_dataset",
-           "relative_throughput",
-           "throughput",
-           "train_from_records",
-           "valid_rows",
+    "DEFAULT_CACHE", "KINDS", "LOOP_DIM", "Dataset", "FeatureCache", "XGBCostModel", "extract", "feature_dim",
+    "records_dataset", "relative_throughput", "throughput", "train_from_records", "valid_rows",
 ]

@@ -59,6 +59,10 @@ class FeaturePool:
             out[k::self.workers] = part
         return out
 
+    @property
+    def closed(self) -> bool:
+        return self._executor is None
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -69,3 +73,17 @@ class FeaturePool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SHARED: dict[int, FeaturePool] = {}  # one pool per worker count for the whole process
+
+
+def shared_pool(workers: int) -> FeaturePool:
+    """A process-wide pool of `workers` processes (started once: each imports TVM, which takes seconds).
+
+    Spawned workers import the caller's main script: a script using one needs `if __name__ == "__main__":`.
+    """
+    pool = _SHARED.get(workers)
+    if pool is None or pool.closed:
+        pool = _SHARED[workers] = FeaturePool(workers)
+    return pool

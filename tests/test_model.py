@@ -10,13 +10,13 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the model path needs PyTorch")
 
-from autotune.errors import AutotuneError  # noqa: E402
-from autotune.model import build_model, capture, extract_tasks, tune_model  # noqa: E402
-from autotune.model.cli import add_model_commands  # noqa: E402
-from autotune.model.scheduler import TaskState, gradient, pick_task  # noqa: E402
-from autotune.task import make_task  # noqa: E402
-from tests.conftest import FakeBuilder, SimulatedRunner  # noqa: E402
-from tests.models import convnet, tiny_attention  # noqa: E402
+from autotune.errors import AutotuneError
+from autotune.model import build_model, capture, extract_tasks, tune_model
+from autotune.model.cli import add_model_commands
+from autotune.model.scheduler import TaskState, gradient, pick_task
+from autotune.task import make_task
+from tests.conftest import FakeBuilder, SimulatedRunner
+from tests.models import convnet, tiny_attention
 
 CONVNET = "tests/models.py:convnet"
 
@@ -135,7 +135,7 @@ def test_gradient_prefers_heavy_and_improving_tasks():
 def test_tune_model_budget_weights_and_resume(tmp_path):
     """The real loop with a fake builder and a simulated runner: no kernel is built."""
     log = tmp_path / "m.jsonl"
-    fake = dict(builder=FakeBuilder(), runner=SimulatedRunner(lambda cfg: 1e-3 / (1 + cfg.index % 7)))
+    fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-3 / (1 + cfg.index % 7))}
     first = tune_model(CONVNET, trials=80, log=log, tuner="random", round_trials=8, progress=lambda m: None, **fake)
     counts = {s.task.key: s.trials for s in first.states}
     assert sum(counts.values()) == 80 and first.resumed == 0
@@ -170,7 +170,7 @@ def test_export_db_round_trip_and_legalized_mismatch(conv_captured, tmp_path, wo
     from autotune.target import to_tvm_target
     from autotune.tune import tune
 
-    task = make_task("conv2d", dict(N=1, C=16, H=8, W=8, K=16, R=3, S=3, stride=1, padding=1))
+    task = make_task("conv2d", {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "R": 3, "S": 3, "stride": 1, "padding": 1})
     log = tmp_path / "conv.jsonl"
     best = tune(task, trials=2, tuner="random", log=log, batch_size=2).best
     assert best is not None

@@ -8,8 +8,9 @@ FuseOps -> FuseTIR -> generic schedules for the remaining functions -> compile -
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -150,7 +151,7 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
             cfg = tmpl.define_space(task).get(rec.input.config.index)
             func = tmpl.apply(task, cfg).mod["main"]
             return func, KernelChoice(task, weight, True, cfg.index, rec.gflops())
-        except Exception as err:  # a logged config the template no longer accepts
+        except Exception as err:  # noqa: BLE001 - a logged config the template no longer accepts
             reason = f"logged config #{rec.input.config.index} failed to apply ({type(err).__name__})"
     tmpl = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
     func, cfg = default_template_func(tmpl, task)
@@ -183,7 +184,7 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, Any]) -> Any:
                 return expr
             return self.builder_.emit(relax.op.reshape(expr, shape))
 
-        def visit_call_(self, call: Any) -> Any:  # noqa: N802 - TVM's mutator protocol
+        def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
             site = classify(call, target)
             if not isinstance(site, Site):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ def load_factory(ref: str) -> tuple[Any, tuple]:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
         raise AutotuneError(f"cannot import {file}: {type(err).__name__}: {err}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
@@ -85,7 +86,7 @@ def _load_program(path: Path) -> tuple[Any, tuple]:
     torch = _import_torch()
     try:
         program = torch.export.load(str(path))
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
         raise AutotuneError(f"cannot load exported program {path}: {type(err).__name__}: {err}") from None
     return program, _program_inputs(program)
 
@@ -127,7 +128,7 @@ def export_program(model: Any, inputs: Sequence[Any] | None = None) -> tuple[Any
         warnings.simplefilter("ignore")
         try:
             program = torch.export.export(model.eval(), example)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
             raise AutotuneError(f"torch.export failed for {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
     return program, example, name
@@ -142,7 +143,7 @@ def capture(model: Any, inputs: Sequence[Any] | None = None) -> Captured:
         warnings.simplefilter("ignore")
         try:
             mod = from_exported_program(program, keep_params_as_input=False)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
             raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
     params = mod["main"].params

@@ -71,7 +71,7 @@ def default_template_func(template: Any, task: Task) -> tuple[Any, Config]:
     for cfg in heuristic_configs(space, task):
         try:
             return template.apply(task, cfg).mod["main"], cfg
-        except Exception as err:  # an illegal config: try the next fallback
+        except Exception as err:  # noqa: BLE001 - an illegal config: try the next fallback
             errors.append(f"#{cfg.index}: {type(err).__name__}")
     raise RuntimeError(f"no heuristic config of {template.name} applies: {'; '.join(errors)}")
 
@@ -83,7 +83,7 @@ def _dlight_reduction(func: Any, target: Any) -> Any | None:
 
     try:
         sch = Reduction().apply(func, target, False)
-    except Exception:  # the rule's analysis does not cover this function
+    except Exception:  # noqa: BLE001 - the rule's analysis does not cover this function
         return None
     return sch
 
@@ -93,7 +93,7 @@ def _inline_producers(sch: Any) -> None:
     for blk in list(blocks)[:-1]:
         try:
             sch.compute_inline(blk)
-        except Exception:  # not injective or not inlinable: keep it as its own loop nest
+        except Exception:  # noqa: BLE001, S110 - not injective or not inlinable: keep it as its own loop nest
             pass
 
 
@@ -101,7 +101,7 @@ def _has_root(sch: Any) -> bool:
     try:
         sch.get_sblock("root")
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - a function without a root block
         return False
 
 
@@ -150,7 +150,7 @@ def _generic(func: Any) -> Any:
     for blk in sch.get_child_blocks(sch.get_sblock("root")):
         try:
             _schedule_block(sch, blk)
-        except Exception:  # a primitive refused: this block stays serial
+        except Exception:  # noqa: BLE001, S112 - a primitive refused: this block stays serial
             continue
     return sch
 
@@ -162,6 +162,6 @@ def generic_schedule(func: Any, target: Any) -> tuple[Any, str]:
     if sch is None:
         try:
             sch, how = _generic(func), "generic"
-        except Exception:  # nothing applies: leave the function unscheduled but valid
+        except Exception:  # noqa: BLE001 - nothing applies: leave the function unscheduled but valid
             return func.with_attr("tirx.is_scheduled", True), "unscheduled"
     return sch.mod["main"].with_attr("tirx.is_scheduled", True), how

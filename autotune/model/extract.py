@@ -125,7 +125,7 @@ def find_sites(mod: Any, target: dict) -> tuple[list[Site], list[Skipped]]:
 
     @visitor
     class _Finder(PyExprVisitor):
-        def visit_call_(self, call: Any) -> None:  # noqa: N802 - TVM's visitor protocol
+        def visit_call_(self, call: Any) -> None:
             super().visit_call_(call)
             found = classify(call, target)
             if isinstance(found, Site):

@@ -1,7 +1,7 @@
 """Task scheduler: one trial budget for all tasks of a model, spent where end-to-end latency drops most.
 
 Rounds of `round_trials` trials go to one task at a time. First every task gets one round
-(warm-up), then the task with the most negative estimated gradient of weighted latency
+(warm-up, by FLOPs x weight), then the task with the most negative estimated gradient of weighted latency
 (Ansor's task scheduler): a mix of the recent improvement per trial (backward) and an
 optimistic decay of the current best (forward, best / trials). Everything is derived from the
 log, so re-running the same command continues where it stopped.
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import AutotuneError
-from ..records import LogReadStats, Record, iter_records
+from ..records import Record
 from ..task import Task
 from .extract import extract_tasks
 
@@ -67,8 +68,8 @@ def pick_task(states: list[TaskState], round_trials: int) -> TaskState | None:
     if not open_:
         return None
     cold = [s for s in open_ if s.trials < round_trials]
-    if cold:
-        return cold[0]
+    if cold:  # warm-up, largest share of the model's FLOPs first (a small budget goes where it matters)
+        return max(cold, key=lambda s: s.task.flops * s.weight)
     return min(open_, key=lambda s: (gradient(s, BACKWARD_WINDOW * round_trials), -s.weighted_latency()))
 
 
@@ -81,8 +82,8 @@ class ModelTuneResult:
 
     def summary(self) -> str:
         total = sum(s.weighted_latency() for s in self.states if math.isfinite(s.best))
-        lines = [f"{sum(s.trials for s in self.states)} trials in {self.log} ({self.resumed} resumed, "
-                 f"{self.spent} new); tuned-kernel time per inference {total * 1e3:.3f} ms"]
+        lines = [(f"{sum(s.trials for s in self.states)} trials in {self.log} ({self.resumed} resumed, "
+                 f"{self.spent} new); tuned-kernel time per inference {total * 1e3:.3f} ms")]
         for s in self.states:
             best = f"{s.best * 1e3:.4f} ms, {s.task.flops / s.best / 1e9:.1f} GFLOPS" if math.isfinite(s.best) \
                 else "no valid config"
@@ -155,10 +156,3 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
             runner.close()
     return ModelTuneResult(states, log, resumed, sum(s.trials for s in states) - resumed)
 
-
-def log_tasks(log: str | Path) -> list[Task]:
-    """Distinct tasks in a log, in order of first appearance."""
-    seen: dict[str, Task] = {}
-    for r in iter_records(log, LogReadStats()):
-        seen.setdefault(r.task.key, r.task)
-    return list(seen.values())

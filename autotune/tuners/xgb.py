@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -74,7 +73,8 @@ class XGBTuner:
     batch_size: configs planned per model refresh; next_batch serves from that plan until update().
     explore: share of each batch drawn at random. min_distance: knob changes between two configs of one batch.
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
-    feature_workers: processes computing loop features (about 1.5x faster on 2 idle cores; 0 = in process).
+    feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
+    about 1.5x faster on 2 idle cores; worth more on many cores).
     """
 
     def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0, features: str = "loop",
@@ -99,10 +99,9 @@ class XGBTuner:
         self._rng = np.random.default_rng(seed)
         self._feature_pool = None
         if feature_workers > 0 and features == "loop":
-            from cost_models.feature_pool import FeaturePool
+            from cost_models.feature_pool import shared_pool
 
-            self._feature_pool = FeaturePool(feature_workers)
-            weakref.finalize(self, self._feature_pool.close)
+            self._feature_pool = shared_pool(feature_workers)
         self._proposed: set[int] = set()
         self._invalid: set[int] = set()  # the template rejects them: never proposed
         self._own: dict[int, float] = {}  # index -> best throughput measured (0 for errors)
@@ -185,11 +184,6 @@ class XGBTuner:
         model = XGBCostModel(objective=self.objective, features=self.features, n_rounds=self.n_rounds,
                              seed=self.seed)
         self._model = model.fit(Xs, ys, gs, ws, init_model=self._base)
-
-    def close(self) -> None:
-        """Stop the feature worker processes, if any (also done when the tuner is garbage-collected)."""
-        if self._feature_pool is not None:
-            self._feature_pool.close()
 
     @property
     def model(self) -> XGBCostModel | None:

@@ -1,0 +1,125 @@
+"""End-to-end models: autotune build with tuned logs vs the same build without logs vs PyTorch eager.
+
+For ResNet-18, a TransformerEncoderLayer (d_model 768, seq 128) and a MobileNetV2-style stack:
+extract the tasks, tune them in one budget per model (resumes the logs), build twice, check
+both builds against PyTorch and time all three in one process. Writes the section
+bench_model of benchmarks/RESULTS.md.
+
+    python benchmarks/bench_model.py --trials 400              # tune (resumable) + compare
+    python benchmarks/bench_model.py --trials 400 --no-tune    # compare only, from existing logs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from _common import reexec_clean, write_section
+
+
+def median_ms(fn, warmup: int = 2, min_runs: int = 5, min_seconds: float = 1.0) -> float:
+    """Median wall time of fn() in milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_runs or time.perf_counter() - start < min_seconds:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def bench_one(name: str, factory, trials: int, logs_dir: str, tune: bool, threads: int) -> tuple[str, list[str]]:
+    """(table row, extraction lines) for one model."""
+    import numpy as np
+    import torch
+
+    from autotune.model import build_model, capture, extract_tasks, tune_model
+
+    model, inputs = factory()
+    captured = capture(model, inputs)
+    tasks = extract_tasks(captured)
+    total = sum(t.flops * w for t, w in tasks)
+    lines = [f"**{name}**: {len(tasks)} tasks, {sum(w for _, w in tasks)} calls, {total / 1e9:.2f} GFLOP", ""]
+    lines += [f"- {t} x{w}: {100 * t.flops * w / total:.1f}% of FLOPs" for t, w in tasks]
+    log = os.path.join(logs_dir, f"{name}.jsonl")
+    tune_s = 0.0
+    if tune and trials > 0:
+        t0 = time.time()
+        result = tune_model(captured, trials=trials, log=log, tuner="xgb")
+        tune_s = time.time() - t0
+        print(result.summary(), file=sys.stderr)
+    tuned = build_model(captured, logs=[log] if os.path.exists(log) else [])
+    default = build_model(captured)
+    print(tuned.report.summary(), file=sys.stderr)
+    with torch.no_grad():
+        ref = model(*inputs).numpy()
+    errs = []
+    for built in (tuned, default):
+        out = built(*inputs)
+        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3)
+        errs.append(float(np.abs(out - ref).max()))
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+        torch_ms = median_ms(lambda: model(*inputs))
+    ms = []
+    for built in (tuned, default):
+        args = built.tvm_args(*inputs)
+        ms.append(median_ms(lambda b=built, a=args: b.run_tvm(a)))
+    n_tuned = sum(k.tuned for k in tuned.report.kernels)
+    row = (f"| {name} | {trials} | {n_tuned}/{len(tasks)} | {ms[0]:.2f} | {ms[1]:.2f} | {torch_ms:.2f} | "
+           f"{torch_ms / ms[0]:.2f}x | {max(errs):.1e} | {tune_s / 60:.1f} |")
+    return row, lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=400, help="total trials per model (the log's count)")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--models", nargs="*", default=["resnet18", "transformer_layer", "mobilenet_blocks"])
+    ap.add_argument("--logs", default="benchmarks/work/models")
+    ap.add_argument("--no-tune", action="store_true")
+    ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
+    args = ap.parse_args()
+    reexec_clean(args.threads)
+    warnings.simplefilter("ignore")
+    import tvm
+    from models import MODELS  # benchmarks/models.py
+
+    from autotune.target import host_llvm_target
+
+    os.makedirs(args.logs, exist_ok=True)
+    rows, details = [], []
+    for name in args.models:
+        row, lines = bench_one(name, MODELS[name], args.trials, args.logs, not args.no_tune, args.threads)
+        rows.append(row)
+        details += lines + [""]
+        print(row, file=sys.stderr)
+    cpu = host_llvm_target(args.threads)["mcpu"]
+    body = "\n".join([
+        "## Whole models (benchmarks/bench_model.py)", "",
+        (f"CPU {cpu}, {args.threads} threads for TVM (TVM_NUM_THREADS) and PyTorch (set_num_threads); "
+        f"TVM {tvm.__version__}; batch 1; median wall time per inference in one process. "
+        "\"tuned\" uses the best schedules of a `tune_model` run (xgb tuner) with the stated total trial budget; "
+        "\"no logs\" is the same build with heuristic template configs and generic schedules."), "",
+        ("| model | trials | tasks tuned | tuned ms | no logs ms | PyTorch ms | speed-up vs PyTorch | max abs err "
+        "| tuning min |"),
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows, "", "### Extracted tasks", "", *details])
+    if args.no_write:
+        print(body)
+    else:
+        write_section("bench_model", body)
+        print(body)
+
+
+if __name__ == "__main__":
+    main()
