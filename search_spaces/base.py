@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import sys
@@ -36,11 +37,18 @@ class Template:
         module = sys.modules[self.apply.__module__]
         package = module.__name__.split(".")[0]
         used = {getattr(v, "__module__", None) or getattr(v, "__name__", "") for v in vars(module).values()}
-        names = sorted({module.__name__} | {m for m in used if m and m.split(".")[0] == package and m in sys.modules})
+        names = sorted({module.__name__} | {m for m in used if m and m.split(".")[0] == package and m in sys.modules
+                                            and m != __name__})  # the interface itself does not schedule
         src = "".join(inspect.getsource(sys.modules[m]) for m in names)
         return hashlib.sha1(src.encode()).hexdigest()[:12]
 
 
+def output_shape(task: Task) -> tuple[int, ...]:
+    """The task's output shape (e.g. [N, K, OH, OW] for a convolution)."""
+    return tuple(int(d) for d in task.opdef.output_shape(task.shape))
+
+
+@functools.lru_cache(maxsize=256)
 def prim_func(task: Task):
     """The task's unscheduled PrimFunc (args: inputs..., output)."""
     from tvm import te

@@ -14,7 +14,7 @@ from __future__ import annotations
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
-from .base import Template, prim_func
+from .base import Template, output_shape, prim_func
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -30,15 +30,10 @@ from .common import (
 REDUCTION_ORDERS = ("c1_r_s", "r_s_c1")
 
 
-def conv_out_shape(task: Task) -> tuple[int, ...]:
-    """Output shape [N, K, OH, OW] of the task."""
-    return tuple(int(d) for d in task.opdef.output_shape(task.shape))
-
-
 def define_space(task: Task) -> ConfigSpace:
     """Tiles of k, y, x, c; variant; loop orders; padding placement; unrolling."""
     p = task.shape
-    _, k_out, oh, ow = conv_out_shape(task)
+    _, k_out, oh, ow = output_shape(task)
     return ConfigSpace(knobs=(
         choice_knob("vec_axis", ("k", "x")),
         tile_knob("tile_k", k_out, 3, inner_max=64, vector=True),

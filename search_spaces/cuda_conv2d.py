@@ -14,7 +14,7 @@ from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
 from autotune.space import Config, ConfigSpace
 from autotune.task import Task
 
-from .base import Template, prim_func
+from .base import Template, output_shape, prim_func
 from .cuda_common import (
     FLOAT_BYTES,
     accumulate_locally,
@@ -33,15 +33,10 @@ MAX_C_TILE = 64  # input channels staged in shared memory per step
 MAX_THREAD_K = 16  # threadIdx.z of the output-channel axis (CUDA allows 64)
 
 
-def conv_out_shape(task: Task) -> tuple[int, ...]:
-    """Output shape [N, K, OH, OW] of the task."""
-    return tuple(int(d) for d in task.opdef.output_shape(task.shape))
-
-
 def define_space(task: Task) -> ConfigSpace:
     """4-level tiles of k, y, x; 2-level tiles of c, r, s; unrolling."""
     p = task.shape
-    _, k_out, oh, ow = conv_out_shape(task)
+    _, k_out, oh, ow = output_shape(task)
     return ConfigSpace(knobs=(
         gpu_tile_knob("tile_k", k_out, max_thread=MAX_THREAD_K),
         gpu_tile_knob("tile_y", oh),

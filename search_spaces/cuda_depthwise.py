@@ -15,7 +15,7 @@ from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
-from .base import Template, prim_func
+from .base import Template, output_shape, prim_func
 from .cuda_common import (
     FLOAT_BYTES,
     accumulate_locally,
@@ -28,14 +28,14 @@ from .cuda_common import (
     thread_tile,
     unroll_knobs,
 )
-from .cuda_conv2d import conv_out_shape, input_window
+from .cuda_conv2d import input_window
 
 MAX_THREAD_C = 16  # threadIdx.z of the channel axis (CUDA allows 64)
 
 
 def define_space(task: Task) -> ConfigSpace:
     """4-level tiles of c, y, x; where inputs are read from; unrolling."""
-    _, channels, oh, ow = conv_out_shape(task)
+    _, channels, oh, ow = output_shape(task)
     return ConfigSpace(knobs=(
         gpu_tile_knob("tile_c", channels, max_thread=MAX_THREAD_C),
         gpu_tile_knob("tile_y", oh),

@@ -1,0 +1,269 @@
+"""Search efficiency of the tuners, cost-model quality (leave one task out), kernel quality.
+
+    python benchmarks/bench_search.py --trials 64 --seeds 0 1 2             # curves + model quality
+    python benchmarks/bench_search.py --quality-trials 300 --ms-trials 300   # + kernels vs torch / MetaSchedule
+
+Every method/seed has its own log under --work (re-running resumes). A config measured once for a
+task is not measured again by another method or seed: its recorded result is replayed (the same
+compiled kernel would be timed again), which keeps the benchmark affordable on 2 cores.
+Writes the `bench_search` section of benchmarks/RESULTS.md and benchmarks/search_curves.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import reexec_clean, write_section
+
+TASKS = {
+    "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
+    "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1"),
+    "conv2d 256x14x14 3x3": ("conv2d", "N=1,C=256,H=14,W=14,K=256,R=3,S=3,stride=1,padding=1"),
+    "dense 128x768->3072": ("dense", "batch=128,in_features=768,out_features=3072"),
+}
+METHODS = {  # name -> (tuner, tuner options, uses transfer)
+    "random": ("random", {}, False),
+    "xgb-loop": ("xgb", {"features": "loop"}, False),
+    "xgb-knob": ("xgb", {"features": "knob"}, False),
+    "xgb-transfer": ("xgb", {"features": "loop"}, True),
+}
+
+
+class ReplayingRunner:
+    """Measures each config of a task once; later requests for it replay the recorded result."""
+
+    def __init__(self, runner, known):
+        self.runner, self.known, self.threads = runner, known, runner.threads
+
+    def run(self, inputs, builds):
+        todo = [k for k, inp in enumerate(inputs) if inp.config.index not in self.known]
+        fresh = self.runner.run([inputs[k] for k in todo], [builds[k] for k in todo]) if todo else []
+        for k, res in zip(todo, fresh):
+            self.known[inputs[k].config.index] = res
+        return [self.known[inp.config.index] for inp in inputs]
+
+    def close(self):
+        pass
+
+
+class ReplayingBuilder:
+    """Skips builds of configs whose result will be replayed."""
+
+    def __init__(self, builder, known):
+        self.builder, self.known = builder, known
+
+    def build(self, inputs):
+        from autotune.measure_types import BuildResult
+
+        todo = [k for k, inp in enumerate(inputs) if inp.config.index not in self.known]
+        built = dict(zip(todo, self.builder.build([inputs[k] for k in todo]))) if todo else {}
+        return [built.get(k, BuildResult("replayed", None, "", 0.0)) for k in range(len(inputs))]
+
+    def close(self):
+        pass
+
+
+def curve(records, flops: float, trials: int) -> list[float]:
+    """Best GFLOPS so far after each trial."""
+    best, out = 0.0, []
+    for r in records[:trials]:
+        if r.result.ok:
+            best = max(best, flops / r.result.mean_s / 1e9)
+        out.append(best)
+    return out + [best] * (trials - len(out))
+
+
+def trials_to_reach(c: list[float], target: float) -> int | None:
+    return next((i + 1 for i, v in enumerate(c) if v >= target), None)
+
+
+def run_curves(args, work: Path):
+    from autotune import load_records, make_task, tune
+    from autotune.measure import LocalBuilder, LocalRunner
+
+    builder, runner = LocalBuilder(), LocalRunner()
+    curves: dict[str, dict[str, list[list[float]]]] = {}
+    try:
+        order = [m for m in args.methods if not METHODS[m][2]] + [m for m in args.methods if METHODS[m][2]]
+        for method in order:
+            tuner, options, transfer = METHODS[method]
+            for label in args.tasks:
+                op, shape = TASKS[label]
+                task = make_task(op, shape)
+                tdir = work / task.key
+                tdir.mkdir(parents=True, exist_ok=True)
+                known = {}
+                for log in sorted(tdir.glob("*.jsonl")):
+                    for r in load_records(log):
+                        known.setdefault(r.input.config.index, r.result)
+                for seed in args.seeds:
+                    opts = dict(options)
+                    if tuner == "xgb":
+                        opts["transfer"] = _transfer_records(work, task) if transfer else []
+                    log = tdir / f"{method}-s{seed}.jsonl"
+                    t0 = time.time()
+                    res = tune(task, trials=args.trials, tuner=tuner, log=log, seed=seed, tuner_options=opts,
+                               builder=ReplayingBuilder(builder, known), runner=ReplayingRunner(runner, known))
+                    c = curve(res.records, task.flops, args.trials)
+                    curves.setdefault(label, {}).setdefault(method, []).append(c)
+                    print(f"{label:22s} {method:13s} seed {seed}: best {c[-1]:6.1f} GFLOPS "
+                          f"({time.time() - t0:.0f} s)", flush=True)
+    finally:
+        builder.close()
+        runner.close()
+    return curves
+
+
+def _transfer_records(work: Path, task):
+    """Records of the other tasks' cold xgb-loop runs."""
+    from autotune import load_records
+
+    logs = [p for d in work.iterdir() if d.is_dir() and d.name != task.key for p in d.glob("xgb-loop-*.jsonl")]
+    return load_records(logs) if logs else []
+
+
+def efficiency_table(curves) -> list[str]:
+    import numpy as np
+
+    rows = ["| task | best any (GFLOPS) | " + " | ".join(f"{m}: trials to 95% (median) / final best" for m in
+                                                        next(iter(curves.values()))) + " |",
+            "|---" * (2 + len(next(iter(curves.values())))) + "|"]
+    for label, by_method in curves.items():
+        best_any = max(max(c[-1] for c in cs) for cs in by_method.values())
+        cells = []
+        for cs in by_method.values():
+            hits = [trials_to_reach(c, 0.95 * best_any) for c in cs]
+            reached = [h for h in hits if h is not None]
+            med = f"{int(np.median(reached))} ({len(reached)}/{len(hits)} seeds)" if reached else f"never (0/{len(hits)})"
+            cells.append(f"{med} / {np.mean([c[-1] for c in cs]):.0f}")
+        rows.append(f"| {label} | {best_any:.0f} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def plot(curves, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.6), squeeze=False)
+    for ax, (label, by_method) in zip(axes[0], curves.items()):
+        for method, cs in by_method.items():
+            arr = np.array(cs)
+            x = np.arange(1, arr.shape[1] + 1)
+            ax.plot(x, arr.mean(0), label=method)
+            ax.fill_between(x, arr.min(0), arr.max(0), alpha=0.15)
+        ax.set_title(label)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best GFLOPS so far")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def model_quality(work: Path, labels) -> list[str]:
+    """Leave one task out: train on the other tasks' records, rank the held-out task's records."""
+    import numpy as np
+
+    from autotune import load_records, make_task
+    from cost_models import records_dataset, train_from_records
+
+    by_task = {}
+    for label in labels:
+        task = make_task(*TASKS[label])
+        logs = sorted((work / task.key).glob("*.jsonl"))
+        by_task[label] = load_records(logs) if logs else []
+    rows = ["| held-out task | train records | test configs | Spearman | top-10 recall |", "|---|---|---|---|---|"]
+    for label, held in by_task.items():
+        train = [r for other, recs in by_task.items() if other != label for r in recs]
+        test = records_dataset([r for r in held if r.result.ok], features="loop")
+        if not train or len(test) < 20:
+            continue
+        model = train_from_records(train, features="loop")
+        pred = model.predict(test.X)
+        rho = _spearman(pred, test.y)
+        top_true = set(np.argsort(-test.y)[:10])
+        top_pred = set(np.argsort(-pred)[:10])
+        rows.append(f"| {label} | {len(train)} | {len(test)} | {rho:.2f} | {len(top_true & top_pred) / 10:.1f} |")
+    return rows
+
+
+def _spearman(a, b) -> float:
+    import numpy as np
+
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def kernel_quality(args, work: Path) -> list[str]:
+    """Best xgb kernel after --quality-trials vs torch and MetaSchedule at the same trial budget."""
+    import numpy as np
+
+    from _baselines import median_time, metaschedule_kernel, time_executable, torch_fn
+    from autotune import build_best, make_task, tune
+    from autotune.ops import random_inputs
+
+    rows = [f"| task | autotune xgb ({args.quality_trials} trials) | torch | MetaSchedule ({args.ms_trials} trials) "
+            "| vs torch | vs MetaSchedule |", "|---|---|---|---|---|---|"]
+    ratios_t, ratios_ms = [], []
+    for label in args.tasks:
+        task = make_task(*TASKS[label])
+        log = work / task.key / "quality.jsonl"
+        tune(task, trials=args.quality_trials, tuner="xgb", log=log, tuner_options={"transfer": []})
+        arrays = random_inputs(task.opdef, task.shape, "float32", seed=1)
+        ours = sorted(build_best(log, task).time(*arrays, repeat=7))[3]
+        t_torch = median_time(torch_fn(task, arrays))
+        ms_ex = metaschedule_kernel(task, args.ms_trials, str(work / task.key / "ms"))
+        t_ms = time_executable(ms_ex, task, arrays) if ms_ex is not None else float("nan")
+        gf = lambda s: task.flops / s / 1e9  # noqa: E731
+        ratios_t.append(t_torch / ours)
+        ratios_ms.append(t_ms / ours)
+        rows.append(f"| {label} | {gf(ours):.0f} | {gf(t_torch):.0f} | {gf(t_ms):.0f} | {t_torch / ours:.2f}x | "
+                    f"{t_ms / ours:.2f}x |")
+        print(rows[-1], flush=True)
+    geo = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
+    rows.append(f"| geometric mean | | | | {geo(ratios_t):.2f}x | {geo(ratios_ms):.2f}x |")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--quality-trials", type=int, default=0, help="also tune xgb this long and compare kernels")
+    ap.add_argument("--ms-trials", type=int, default=300)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--work", default="benchmarks/work/search")
+    args = ap.parse_args()
+    reexec_clean(args.threads)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.time()
+    curves = run_curves(args, work)
+    png = Path(__file__).with_name("search_curves.png")
+    plot(curves, png)
+    body = ["## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`)", "",
+            f"Command: `python benchmarks/bench_search.py --trials {args.trials} --seeds "
+            f"{' '.join(map(str, args.seeds))}`; {args.threads} threads; wall time {time.time() - t0:.0f} s. "
+            "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`.", "",
+            "### Sample efficiency", "", *efficiency_table(curves), "",
+            "### Cost model quality, leave one task out (loop features, rank objective)", "",
+            *model_quality(work, args.tasks)]
+    if args.quality_trials:
+        body += ["", "### Kernel quality", "", *kernel_quality(args, work)]
+    write_section("bench_search", "\n".join(body))
+    print("\n".join(body))
+
+
+if __name__ == "__main__":
+    main()
