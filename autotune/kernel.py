@@ -24,6 +24,12 @@ class Kernel:
     record: Record | None
     executable: Any
 
+    @property
+    def device(self):
+        import tvm
+
+        return tvm.cuda(0) if self.task.target_kind == "cuda" else tvm.cpu(0)
+
     def _args(self, inputs: Sequence[np.ndarray]):
         import tvm
 
@@ -31,7 +37,7 @@ class Kernel:
         if len(inputs) != len(shapes) or any(tuple(a.shape) != s for a, s in zip(inputs, shapes)):
             raise AutotuneError(f"{self.task.op} expects inputs of shapes {shapes}, got "
                                 f"{[tuple(a.shape) for a in inputs]}")
-        dev = tvm.cpu(0)
+        dev = self.device
         out = tvm.runtime.empty(self.task.opdef.output_shape(self.task.shape), self.task.dtype, dev)
         return [tvm.runtime.tensor(np.ascontiguousarray(a, dtype=self.task.dtype), dev) for a in inputs] + [out]
 
@@ -41,10 +47,8 @@ class Kernel:
         return args[-1].numpy()
 
     def time(self, *inputs: np.ndarray, repeat: int = 5, min_repeat_ms: float = 200) -> list[float]:
-        """Seconds per call, one value per repeat (threads: TVM_NUM_THREADS of this process)."""
-        import tvm
-
-        timer = self.executable.mod.time_evaluator("main", tvm.cpu(0), number=1, repeat=repeat,
+        """Seconds per call, one value per repeat (CPU threads: TVM_NUM_THREADS of this process)."""
+        timer = self.executable.mod.time_evaluator("main", self.device, number=1, repeat=repeat,
                                                    min_repeat_ms=min_repeat_ms)
         return list(timer(*self._args(inputs)).results)
 

@@ -156,3 +156,22 @@ def test_anneal_climbs_a_known_score():
     visited = anneal(MM_SPACE, score, MM_SPACE.sample(np.random.default_rng(0), 8), 40, np.random.default_rng(0))
     assert 1234 in visited
     assert diverse_top(visited, 1, MM_SPACE, 2) == [1234]
+
+
+def test_never_proposes_configs_that_break_gpu_limits():
+    import search_spaces
+    from autotune.gpu_limits import check_config
+
+    task = make_task("matmul", "M=512,N=512,K=512", target="cuda", arch="sm_90")
+    ref = search_spaces.default_template_ref("matmul", "cuda")
+    template = search_spaces.resolve(ref)
+    space = template.define_space(task)
+    tuner = XGBTuner(task, space, ref, seed=3, features="knob")
+    proposed = []
+    for _ in range(3):
+        batch = tuner.next_batch(16)
+        proposed += batch
+        results = [MeasureResult((1e-3 * (1 + (i % 7)),), None, "", 0.0, 0.0) for i in batch]
+        tuner.update([MeasureInput(task, space.get(i), ref) for i in batch], results)
+    assert len(proposed) == 48
+    assert all(check_config(task, template, space.get(i)) is None for i in proposed)

@@ -141,11 +141,20 @@ class XGBTuner:
 
         return extract(self.task, self.template, self.space, indices, self.features, self.cache, self._feature_pool)
 
+    def _breaks_limits(self, indices: Sequence[int]) -> np.ndarray:
+        """Mask of configs the target cannot run (e.g. too many GPU threads): never proposed."""
+        from ..gpu_limits import check_config
+
+        return np.array([check_config(self.task, self.template, self.space.get(i)) is not None for i in indices],
+                        dtype=bool)
+
     def _score(self, indices: Sequence[int]) -> np.ndarray:
         X = self._features(indices)
-        bad = ~np.isfinite(X).all(axis=1)
+        bad = ~np.isfinite(X).all(axis=1) | self._breaks_limits(indices)
         self._invalid.update(i for i, b in zip(indices, bad) if b)
-        return self._model.predict(X)
+        scores = self._model.predict(X)
+        scores[bad] = -np.inf
+        return scores
 
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """Add this task's measurements; the model is refitted before the next proposal."""
@@ -238,6 +247,9 @@ class XGBTuner:
             if not cands:
                 break
             cands = [cands[k] for k in self._rng.permutation(len(cands))]
+            broken = self._breaks_limits(cands)
+            self._invalid.update(i for i, b in zip(cands, broken) if b)
+            cands = [i for i, b in zip(cands, broken) if not b]
             if self.features == "loop":
                 ok = np.isfinite(self._features(cands)).all(axis=1)
                 self._invalid.update(i for i, good in zip(cands, ok) if not good)
