@@ -54,10 +54,15 @@ def _fast_build(mod, target, _params):
 
 def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0):
     """Tune the task's PrimFunc with MetaSchedule (tune_tir) for `trials`; returns the compiled best or None."""
+    import sys
+
+    import cloudpickle
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
     import search_spaces
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # builder workers cannot import benchmarks/
     from autotune.target import host_cores, to_tvm_target
 
     mod = tvm.IRModule({"main": search_spaces.prim_func(task)})

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, write_section
 
@@ -259,10 +260,12 @@ def main() -> None:
             "### Sample efficiency", "", *efficiency_table(curves), "",
             "### Cost model quality, leave one task out (loop features, rank objective)", "",
             *model_quality(work, args.tasks)]
+    write_section("bench_search", "\n".join(body))  # written now too, in case the long part below is stopped
+    print("\n".join(body), flush=True)
     if args.quality_trials:
         body += ["", "### Kernel quality", "", *kernel_quality(args, work)]
-    write_section("bench_search", "\n".join(body))
-    print("\n".join(body))
+        write_section("bench_search", "\n".join(body))
+        print("\n".join(body[-8:]))
 
 
 if __name__ == "__main__":
