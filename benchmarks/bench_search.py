@@ -255,7 +255,10 @@ def main() -> None:
     plot(curves, png)
     body = ["## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`)", "",
             f"Command: `python benchmarks/bench_search.py --trials {args.trials} --seeds "
-            f"{' '.join(map(str, args.seeds))}`; {args.threads} threads; wall time {time.time() - t0:.0f} s. "
+            f"{' '.join(map(str, args.seeds))}" + (f" --quality-trials {args.quality_trials} --ms-trials "
+                                                   f"{args.ms_trials}" if args.quality_trials else "") +
+            f"`; {args.threads} threads; wall time of this invocation {time.time() - t0:.0f} s (runs found "
+            "complete in their logs are not measured again). "
             "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`.", "",
             "### Sample efficiency", "", *efficiency_table(curves), "",
             "### Cost model quality, leave one task out (loop features, rank objective)", "",
