@@ -48,6 +48,16 @@ def output_shape(task: Task) -> tuple[int, ...]:
     return tuple(int(d) for d in task.opdef.output_shape(task.shape))
 
 
+def gemm_schedule(task: Task):
+    """A fresh schedule of a GEMM-family task: (schedule, block "C", batch loops, i, j, k)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(prim_func(task))
+    blk = sch.get_sblock("C")
+    loops = sch.get_loops(blk)
+    return (sch, blk, loops[:-3], *loops[-3:])
+
+
 @functools.lru_cache(maxsize=256)
 def prim_func(task: Task):
     """The task's unscheduled PrimFunc (args: inputs..., output)."""

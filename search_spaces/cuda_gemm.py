@@ -15,7 +15,7 @@ from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
 from autotune.space import Config, ConfigSpace
 from autotune.task import Task
 
-from .base import Template, prim_func
+from .base import Template, gemm_schedule
 from .cuda_common import (
     FLOAT_BYTES,
     accumulate_locally,
@@ -66,12 +66,7 @@ def define_gemm_space(gemm: CudaGemm, task: Task) -> ConfigSpace:
 
 def apply_gemm(gemm: CudaGemm, task: Task, cfg: Config):
     """Build the schedule of one config (raises on an illegal one)."""
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(prim_func(task))
-    blk = sch.get_sblock("C")
-    loops = sch.get_loops(blk)
-    batch, (i, j, k) = loops[:-3], loops[-3:]
+    sch, blk, batch, i, j, k = gemm_schedule(task)
     i0, i1, i2, i3 = split(sch, i, cfg["tile_i"])
     j0, j1, j2, j3 = split(sch, j, cfg["tile_j"])
     k0, k1, k2 = split(sch, k, cfg["tile_k"])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
-from .base import Template, prim_func
+from .base import Template, gemm_schedule
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -64,12 +64,7 @@ def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
 
 def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
     """Build the schedule of one config (raises on an illegal one)."""
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(prim_func(task))
-    blk = sch.get_sblock("C")
-    loops = sch.get_loops(blk)
-    outer_b, (i, j, k) = loops[:-3], loops[-3:]
+    sch, blk, outer_b, i, j, k = gemm_schedule(task)
     i0, i1, i2 = split(sch, i, cfg["tile_i"])
     j0, j1, j2 = split(sch, j, cfg["tile_j"])
     k0, k1 = split(sch, k, cfg["tile_k"])
