@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
 
 from autotune.space import Config, ConfigSpace
 from autotune.task import Task
@@ -30,17 +31,101 @@ class Template:
 
     @cached_property
     def version(self) -> str:
-        """Hash of the template's source and of the helpers it uses from its own package.
+        """Fingerprint of what the template does: its spaces and schedules on fixed probe tasks.
 
-        Records made by other code are told apart: an edited template changes what an index means.
+        Records made by other code are told apart (an edited template changes what an index means),
+        while a refactor that leaves every schedule as it was keeps the logs usable. Computed once
+        per source text and cached on disk (see `schedule_fingerprint`).
         """
+        return schedule_fingerprint(self)
+
+    @cached_property
+    def source_hash(self) -> str:
+        """Hash of the template's module and of the modules of its package it uses."""
         module = sys.modules[self.apply.__module__]
         package = module.__name__.split(".")[0]
         used = {getattr(v, "__module__", None) or getattr(v, "__name__", "") for v in vars(module).values()}
-        names = sorted({module.__name__} | {m for m in used if m and m.split(".")[0] == package and m in sys.modules
-                                            and m != __name__})  # the interface itself does not schedule
+        names = sorted({module.__name__} | {m for m in used if m and m.split(".")[0] == package and m in sys.modules})
         src = "".join(inspect.getsource(sys.modules[m]) for m in names)
-        return hashlib.sha1(src.encode()).hexdigest()[:12]
+        return hashlib.sha1(f"{self.name}:{self.op}:{self.target_kind}:{src}".encode()).hexdigest()[:12]
+
+
+# op -> (a small and a model-sized shape) on which a template's spaces and schedules are fingerprinted
+PROBE_SHAPES: dict[str, tuple[dict[str, int], ...]] = {
+    "matmul": ({"M": 64, "N": 48, "K": 32}, {"M": 512, "N": 768, "K": 3072}),
+    "dense": ({"batch": 16, "in_features": 64, "out_features": 96},
+              {"batch": 128, "in_features": 768, "out_features": 3072}),
+    "batch_matmul": ({"B": 2, "M": 32, "N": 48, "K": 16}, {"B": 12, "M": 128, "N": 128, "K": 64}),
+    "conv2d": ({"C": 16, "H": 14, "W": 14, "K": 32, "R": 3, "S": 3, "padding": 1},
+               {"C": 64, "H": 56, "W": 56, "K": 128, "R": 3, "S": 3, "stride": 2, "padding": 1}),
+    "depthwise_conv2d": ({"C": 16, "H": 14, "W": 14, "R": 3, "S": 3, "padding": 1},
+                         {"C": 96, "H": 56, "W": 56, "R": 3, "S": 3, "stride": 2, "padding": 1}),
+}
+PROBE_TARGETS = {"llvm": {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
+                 "cuda": {"kind": "cuda", "arch": "sm_80"}}
+PROBE_CONFIGS = 6  # configs per probe task, spread over the space
+FINGERPRINT_FORMAT = "1"
+
+
+def _cache_file():
+    from pathlib import Path
+
+    root = os.environ.get("AUTOTUNE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autotune")
+    return Path(root) / "template_versions.json"
+
+
+def schedule_fingerprint(template: Template) -> str:
+    """Hash of the knob candidates and the scheduled TIR of a few configs on the op's probe tasks.
+
+    Falls back to the source hash for an op without probe shapes. Cached on disk by source hash,
+    so the schedules are built once per edit of the template's code, not once per process.
+    """
+    import json
+
+    key = f"{FINGERPRINT_FORMAT}:{template.source_hash}"
+    path = _cache_file()
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    if key in cache:
+        return cache[key]
+    if template.op not in PROBE_SHAPES or template.target_kind not in PROBE_TARGETS:
+        return template.source_hash
+    version = _compute_fingerprint(template)
+    try:  # a read-only home only costs recomputing next time
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cache[key] = version
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return version
+
+
+def _compute_fingerprint(template: Template) -> str:
+    from autotune.task import make_task
+
+    digest = hashlib.sha1(f"{template.op}:{template.target_kind}".encode())
+    for shape in PROBE_SHAPES[template.op]:
+        task = make_task(template.op, shape, target=PROBE_TARGETS[template.target_kind])
+        try:
+            space = template.define_space(task)
+        except Exception as err:  # noqa: BLE001 - a template for other shapes only: that is what it does
+            digest.update(f"no space: {type(err).__name__}".encode())
+            continue
+        digest.update(repr([(k.name, k.kind, k.candidates) for k in space.knobs]).encode())
+        n = len(space)
+        for index in sorted({(n - 1) * i // (PROBE_CONFIGS - 1) for i in range(PROBE_CONFIGS)} | {n // 3 + 1}):
+            index = min(index, n - 1)
+            try:
+                text = template.apply(task, space.get(index)).mod.script()
+            except Exception as err:  # noqa: BLE001 - a rejected config is part of what the template does
+                text = f"rejected: {type(err).__name__}"
+            digest.update(f"{index}:{text}".encode())
+    return digest.hexdigest()[:12]
 
 
 def output_shape(task: Task) -> tuple[int, ...]:

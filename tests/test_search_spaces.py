@@ -166,7 +166,7 @@ def test_illegal_config_raises() -> None:
     task = _task("matmul", "M=16,N=16,K=16")
     space = _template(task).define_space(task)
     bad = Config(0, {**space.get(0).knobs, "tile_i": (3, 5, 1)})  # 15 != 16
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError):
         _template(task).apply(task, bad)
 
 
@@ -174,3 +174,29 @@ def test_every_default_template_resolves_for_its_op() -> None:
     for (op, kind), ref in DEFAULT_TEMPLATES.items():
         template = resolve(ref)
         assert (template.op, template.target_kind) == (op, kind)
+
+
+def test_template_version_fingerprints_schedules(tmp_path, monkeypatch) -> None:
+    """Same schedules -> same version whatever the code looks like; another schedule -> another version."""
+    import json
+
+    from search_spaces import base
+    from search_spaces.matmul import MATMUL_CPU, matmul_apply, matmul_space
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+
+    def apply_refactored(task, cfg):  # other source, same schedule
+        return matmul_apply(task, cfg)
+
+    def apply_unrolled(task, cfg):  # one more annotation: another schedule
+        sch = matmul_apply(task, cfg)
+        sch.annotate(sch.get_loops(sch.get_sblock("C_update"))[0], "pragma_auto_unroll_max_step", 7)
+        return sch
+
+    same = base.Template("mm_refactored", "matmul", "llvm", matmul_space, apply_refactored)
+    other = base.Template("mm_unrolled", "matmul", "llvm", matmul_space, apply_unrolled)
+    reference = base._compute_fingerprint(MATMUL_CPU)
+    assert base.schedule_fingerprint(same) == reference
+    assert base.schedule_fingerprint(other) != reference
+    cached = json.loads((tmp_path / "template_versions.json").read_text())
+    assert reference in cached.values() and len(cached) == 2
