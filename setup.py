@@ -26,7 +26,10 @@ setup(
     extras_require={
         "test": ["pytest>=7", "pytest-timeout", "torch==2.13.0"],
         "torch": ["torch==2.13.0"],
-        "bench": ["torch==2.13.0", "matplotlib", "threadpoolctl"],
+        "bench": ["torch==2.13.0", "matplotlib", "threadpoolctl", "transformers"],
     },
-    entry_points={"console_scripts": ["autotune=autotune.cli:main"]},
+    entry_points={
+        "console_scripts": ["autotune=autotune.cli:main"],
+        "torch_dynamo_backends": ["autotune = autotune.torch_backend:autotune_backend"],
+    },
 )

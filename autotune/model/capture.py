@@ -19,6 +19,10 @@ import numpy as np
 from ..errors import AutotuneError
 
 
+class ExportFailed(AutotuneError):
+    """torch.export cannot capture the program whole (extraction can go through torch.compile instead)."""
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """Shape and dtype of one model input: what the built model accepts (the guard)."""
@@ -129,7 +133,7 @@ def export_program(model: Any, inputs: Sequence[Any] | None = None) -> tuple[Any
         try:
             program = torch.export.export(model.eval(), example)
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
-            raise AutotuneError(f"torch.export failed for {name}: {type(err).__name__}: "
+            raise ExportFailed(f"torch.export failed for {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
     return program, example, name
 
@@ -137,12 +141,20 @@ def export_program(model: Any, inputs: Sequence[Any] | None = None) -> tuple[Any
 def capture(model: Any, inputs: Sequence[Any] | None = None) -> Captured:
     """Export the model and import it into Relax, weights embedded as constants."""
     program, example, name = export_program(model, inputs)
+    return import_program(program, example, name)
+
+
+def import_program(program: Any, example: Sequence[Any], name: str, decomposed: bool = False) -> Captured:
+    """Import an ExportedProgram into Relax (weights embedded as constants); `example`: its user inputs.
+
+    decomposed: the program already went through `run_decompositions()` (not done twice).
+    """
     from tvm.relax.frontend.torch import from_exported_program
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            mod = from_exported_program(program, keep_params_as_input=False)
+            mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=not decomposed)
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
             raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None

@@ -9,6 +9,8 @@ from pathlib import Path
 from ..errors import AutotuneError
 
 MODEL_HELP = "path/to/file.py:factory (returns (module, example_inputs)) or a saved torch.export .pt2"
+COMPILE_HELP = ("take the tasks of every graph torch.compile captures while running the example inputs "
+                "(for programs torch.export cannot capture whole; used automatically when export fails)")
 
 
 def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -16,6 +18,7 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     e = subparsers.add_parser("extract", help="list a model's tunable tasks with weights and FLOPs")
     e.add_argument("model", help=MODEL_HELP)
     e.add_argument("--target", default="llvm", help="llvm (this CPU) or a JSON target dict")
+    e.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     e.set_defaults(handler=cmd_extract)
 
     t = subparsers.add_parser("tune-model", help="tune all tasks of a model in one trial budget (resumable)")
@@ -30,6 +33,7 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--timeout", type=float, default=10.0, help="seconds per candidate run")
     t.add_argument("--repeat", type=int, default=3)
     t.add_argument("--min-repeat-ms", type=float, default=100.0)
+    t.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     t.set_defaults(handler=cmd_tune_model)
 
     b = subparsers.add_parser("build", help="compile a model with the best schedules in logs")
@@ -52,9 +56,16 @@ def _check_logs(paths: list[str]) -> None:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from .extract import extract_tasks
+    from .extract import collect_tasks, extract_tasks
 
-    tasks = extract_tasks(args.model, target=args.target)
+    if args.compile:
+        collected = collect_tasks(args.model, target=args.target)
+        print(f"torch.compile captured {collected.graphs} graphs ({collected.calls} graph calls in one run)")
+        for s in collected.skipped:
+            print(f"  not imported: {s}")
+        tasks = collected.tasks
+    else:
+        tasks = extract_tasks(args.model, target=args.target)
     if not tasks:
         print("no tunable operator (conv2d, depthwise conv2d, matmul) found")
         return 1
@@ -77,7 +88,8 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     builder, runner = LocalBuilder(), LocalRunner(runner_options)
     try:
         result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
-                            round_trials=args.round_trials, seed=args.seed, builder=builder, runner=runner)
+                            round_trials=args.round_trials, seed=args.seed, builder=builder, runner=runner,
+                            via="compile" if args.compile else "auto")
     finally:
         builder.close()
         runner.close()

@@ -12,12 +12,14 @@ Anything else of these ops is left to TVM, with the reason recorded.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import AutotuneError
 from ..task import Task, make_task
-from .capture import Captured, capture
+from .capture import Captured, ExportFailed, capture
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,88 @@ def resolve_target(target: str | dict) -> dict:
     return tgt
 
 
-def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -> list[tuple[Task, int]]:
-    """Tunable tasks of a model (reference, module or Captured) with their call counts."""
-    captured = model if isinstance(model, Captured) else capture(model, inputs)
+def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
+                  via: str = "auto") -> list[tuple[Task, int]]:
+    """Tunable tasks of a model (reference, module or Captured) with their call counts.
+
+    via: "export" (torch.export, the whole program), "compile" (every graph torch.compile captures,
+    for programs torch.export cannot take whole), or "auto" (export, else compile).
+    """
+    if via not in ("export", "compile", "auto"):
+        raise AutotuneError(f"via must be export, compile or auto, not {via!r}")
+    if isinstance(model, Captured):
+        captured = model
+    elif via == "compile":
+        return collect_tasks(model, inputs, target).tasks
+    else:
+        try:
+            captured = capture(model, inputs)
+        except ExportFailed as err:
+            if via == "export":
+                raise
+            print(f"{err}; extracting the graphs torch.compile captures instead", file=sys.stderr)
+            return collect_tasks(model, inputs, target).tasks
     sites, _ = find_sites(captured.mod, resolve_target(target))
     return merge_sites(sites)
+
+
+@dataclass
+class Collected:
+    """Tasks of every graph Dynamo captured in one run of the example inputs."""
+
+    tasks: list[tuple[Task, int]]  # weight: calls during the run, summed over all graphs
+    graphs: int  # graphs Dynamo handed over
+    calls: int  # graph calls during the run
+    skipped: list[str]  # graphs whose tasks are unknown, and why
+
+
+def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -> Collected:
+    """Run the model once under torch.compile with a backend that records each graph's tunable calls."""
+    import warnings
+
+    import torch
+
+    from .capture import import_program, load_factory
+    from .fx_graph import Refused, call_key, export_graph, graph_label, static_inputs
+
+    tgt = resolve_target(target)
+    if isinstance(model, (str, Path)):
+        model, example = load_factory(str(model))
+        inputs = inputs if inputs is not None else example
+    if not isinstance(model, torch.nn.Module) or inputs is None:
+        raise AutotuneError("extraction through torch.compile needs a torch.nn.Module (or file.py:factory) "
+                            "and example inputs")
+    inputs = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+    sites: list[Site] = []
+    out = Collected([], 0, 0, [])
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        label, by_key = graph_label(gm), {}
+        out.graphs += 1
+
+        def run(*args: Any) -> Any:
+            static = static_inputs(gm, args)
+            key = call_key(args, static)
+            if key not in by_key:
+                by_key[key] = []
+                try:
+                    exported = export_graph(gm, args, static)
+                    captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
+                                           decomposed=True)
+                    by_key[key] = find_sites(captured.mod, tgt)[0]
+                except Refused as why:
+                    out.skipped.append(f"{label}: {why.reason}")
+                except AutotuneError as err:
+                    out.skipped.append(f"{label}: {err}")
+            out.calls += 1
+            sites.extend(by_key[key])
+            return gm(*args)
+
+        return run
+
+    compiled = torch.compile(model.eval(), backend=backend)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled(*inputs)
+    out.tasks = merge_sites(sites)
+    return out

@@ -104,11 +104,13 @@ def _resume(states: list[TaskState], log: Path) -> None:
 def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "llvm", tuner: str = "xgb",
                inputs: Any = None, round_trials: int = 16, seed: int = 0,
                tune_fn: Callable[..., Any] | None = None, builder: Any = None, runner: Any = None,
-               progress: Callable[[str], None] | None = None, **tune_kwargs: Any) -> ModelTuneResult:
+               progress: Callable[[str], None] | None = None, via: str = "auto",
+               **tune_kwargs: Any) -> ModelTuneResult:
     """Tune every task of the model until `trials` trials in total are in the log (resumable).
 
     `tune_fn` defaults to `autotune.tune.tune`; `builder`/`runner` are shared by all rounds
-    (created here when not given, so worker processes start once).
+    (created here when not given, so worker processes start once). `via`: how tasks are
+    extracted (see `extract_tasks`).
     """
     from ..measure import LocalBuilder, LocalRunner
     from ..tune import ensure_measurable, tune
@@ -117,7 +119,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
     if trials < 1:
         raise AutotuneError("--trials must be >= 1")
     get_tuner_class(tuner)
-    tasks = extract_tasks(model, inputs, target)
+    tasks = extract_tasks(model, inputs, target, via=via)
     if not tasks:
         raise AutotuneError("the model has no tunable operator (conv2d, depthwise conv2d, matmul)")
     log = Path(log)

@@ -1,0 +1,182 @@
+"""One FX graph handed over by Dynamo, exported for the concrete inputs it is called with.
+
+Dynamo passes parameters and buffers as graph inputs; they become buffers of a wrapper module
+(so the import embeds them as constants), scalar inputs (symbolic sizes) become constants, and
+`torch.export` turns the rest into an ATen program that `capture.import_program` takes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+class Refused(Exception):
+    """Why a graph cannot run on autotune's kernels: becomes the one warning of the eager fallback."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200] if text else ''}"
+
+
+def placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def static_inputs(gm: torch.fx.GraphModule, args: Sequence[Any]) -> set[int]:
+    """Positions of the graph inputs that are parameters or buffers (embedded as constants)."""
+    out = set()
+    for i, (node, a) in enumerate(zip(placeholders(gm), args)):
+        tensor_dict = node.meta.get("tensor_dict") or {}
+        if isinstance(a, torch.nn.Parameter) or tensor_dict.get("_dynamo_static_input_type"):
+            out.add(i)
+    return out
+
+
+def graph_label(gm: torch.fx.GraphModule) -> str:
+    """'graph 0/1 (file.py:12 in forward)': Dynamo's compile id and the source line of the first op."""
+    where = ""
+    for n in gm.graph.nodes:
+        trace = n.meta.get("stack_trace") if n.op in ("call_function", "call_method", "call_module") else None
+        frames = [t.strip() for t in (trace or "").splitlines() if t.strip().startswith("File ")]
+        if frames:
+            file, _, rest = frames[-1][5:].partition(", line ")
+            num, _, func = rest.partition(", in ")
+            where = f" ({os.path.basename(file.strip(chr(34)))}:{num} in {func})"
+            break
+    return f"graph {gm.meta.get('dynamo_compile_id', '?')}{where}"
+
+
+def call_key(args: Sequence[Any], static: set[int]) -> tuple:
+    """What a build depends on: input shapes and dtypes, scalar values, identity and version of the weights."""
+    key = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            if i in static:
+                key.append(("w", a.data_ptr(), a._version, tuple(a.shape), a.dtype))
+            else:
+                key.append(("t", tuple(a.shape), a.dtype, a.device.type))
+        else:
+            key.append(("v", type(a).__name__, repr(a)))
+    return tuple(key)
+
+
+class Specialised(torch.nn.Module):
+    """The graph with its weights as buffers and its scalar inputs fixed; forward takes the user tensors."""
+
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]):
+        super().__init__()
+        self.gm = gm
+        self.plan: list[tuple[str, Any]] = []
+        self.name_of: dict[int, str] = {}
+        n_user = 0
+        for i, (node, a) in enumerate(zip(placeholders(gm), args)):
+            if i in static:
+                self.name_of[i] = f"{WEIGHT_PREFIX}{node.name}"  # the same in the static and dynamic graph
+                self.register_buffer(self.name_of[i], a.detach())
+                self.plan.append(("attr", self.name_of[i]))
+            elif isinstance(a, torch.Tensor):
+                self.plan.append(("input", n_user))
+                n_user += 1
+            else:
+                self.plan.append(("value", int(a) if isinstance(a, torch.SymInt) else a))
+
+    def forward(self, *inputs: Any) -> Any:
+        vals = [getattr(self, v) if kind == "attr" else inputs[v] if kind == "input" else v for kind, v in self.plan]
+        return self.gm(*vals)
+
+
+WEIGHT_PREFIX = "autotune_w_"
+
+
+@dataclass
+class Exported:
+    """A graph exported for concrete inputs: the program, its user inputs (positions in args), a cache key."""
+
+    program: Any  # torch.export.ExportedProgram
+    user: list[int]
+    key: str
+
+
+def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int], salt: str = "") -> Exported:
+    """Export the graph specialised to `args`, or refuse (device, autograd, export failure, mutation)."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if any(t.device.type != "cpu" for t in tensors):
+        raise Refused("inputs are not on the CPU (the backend builds for llvm only)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise Refused("gradients are needed (autotune builds inference kernels: run under torch.no_grad())")
+    wrapper = Specialised(gm, args, static)
+    user = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            program = torch.export.export(wrapper, tuple(args[i] for i in user), strict=False)
+            program = program.run_decompositions()  # core ATen, functional: mutations become outputs
+        except Exception as err:  # noqa: BLE001 - any export failure means: run eagerly
+            raise Refused(f"torch.export failed: {one_line(err)}") from None
+    kinds = {s.kind.name for s in program.graph_signature.output_specs} - {"USER_OUTPUT"}
+    if kinds:
+        raise Refused(f"the graph mutates its inputs or buffers ({', '.join(sorted(kinds))})")
+    check_no_aliasing(gm)
+    random = sorted({str(n.target) for n in program.graph.nodes if n.op == "call_function"
+                     and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())})
+    if random:
+        raise Refused(f"the graph draws random numbers ({', '.join(random)})")
+    drop_empty_cat_inputs(program.graph_module)
+    digest = hashlib.sha256(program.graph_module.code.encode())
+    digest.update(repr([(tuple(args[i].shape), str(args[i].dtype)) for i in user]).encode())
+    for i in sorted(static):
+        digest.update(repr((wrapper.name_of[i], args[i].data_ptr(), args[i]._version)).encode())
+    for name, t in sorted({**program.state_dict, **program.constants}.items()):
+        if isinstance(t, torch.Tensor) and not name.startswith(WEIGHT_PREFIX):  # the graph's own constants
+            digest.update(name.encode() + _content_hash(t))
+    digest.update(salt.encode())
+    return Exported(program, user, digest.hexdigest())
+
+
+def check_no_aliasing(gm: torch.fx.GraphModule) -> None:
+    """Refuse a graph that returns a view of an input: TVM returns copies, eager returns the view."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(node: Any) -> Any:
+        val = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+        return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
+
+    inputs = {storage(n) for n in placeholders(gm)} - {None}
+    for k, out in enumerate(torch.fx.node.map_arg(gm.graph.output_node().args[0], lambda n: n) or ()):
+        if storage(out) in inputs:
+            raise Refused(f"output {k} is a view of an input (kept eager to keep the aliasing)")
+
+
+def drop_empty_cat_inputs(gm: torch.fx.GraphModule) -> None:
+    """torch.cat skips 1-d empty tensors (an empty KV cache); TVM's concat rejects them, so drop them."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+            continue
+        parts = list(node.args[0])
+        keep = [p for p in parts if not _is_empty_1d(p)]
+        if keep and len(keep) < len(parts) and any(len(p.meta["val"].shape) > 1 for p in keep):
+            node.args = (keep, *node.args[1:])
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def _is_empty_1d(node: Any) -> bool:
+    val = getattr(node, "meta", {}).get("val")
+    return isinstance(val, torch.Tensor) and tuple(val.shape) == (0,)
+
+
+def _content_hash(t: torch.Tensor) -> bytes:
+    data = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    return hashlib.sha256(data.tobytes()).digest() + repr((tuple(t.shape), str(t.dtype))).encode()

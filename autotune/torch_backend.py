@@ -1,0 +1,246 @@
+"""The `autotune` backend of torch.compile: every graph Dynamo captures runs on autotune's kernels.
+
+    model = torch.compile(model, backend="autotune", options={"logs": ["logs/model.jsonl"]})
+
+Each FX graph is specialised to the concrete shapes it is called with, exported with torch.export
+(parameters and buffers embedded as constants), imported into Relax and built by `build_model`:
+the best logged config per task, default schedules elsewhere. Builds are cached by the exported
+graph, input shapes and dtypes and the identity of the embedded weights, so a guard failure
+that leads back to known shapes costs no build. The first run of each build is checked against
+eager. A graph that cannot be built, or whose outputs differ, runs eagerly with one warning.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .errors import AutotuneError
+from .model.fx_graph import Exported, Refused, call_key, export_graph, graph_label, one_line, static_inputs
+
+BACKEND_NAME = "autotune"
+OPTIONS = {"logs": "tuning logs (paths)", "target": "llvm or a JSON target dict (CPU only)",
+           "verify": "check each new build against eager on its first call (default True)",
+           "max_shapes": "builds per graph before new shapes run eagerly (default 8)"}
+
+
+class AutotuneFallbackWarning(RuntimeWarning):
+    """A captured graph runs eagerly; the message names the graph and the reason."""
+
+
+@dataclass
+class BackendStats:
+    """Counters since the last clear_cache(), for tests and benchmarks."""
+
+    graphs: int = 0  # graphs Dynamo handed over
+    builds: int = 0  # TVM builds
+    hits: int = 0  # a new call signature served by an existing build
+    fallbacks: int = 0  # call signatures that run eagerly
+    reasons: list[str] = field(default_factory=list)  # one per fallback: "label: reason"
+
+
+STATS = BackendStats()
+_BUILDS: dict[str, Any] = {}  # level-2 cache: exported graph + shapes + weights -> BuiltModel
+_RECORDS: dict[tuple, list] = {}
+
+
+def builds() -> list[Any]:
+    """The BuiltModels in the cache (each has a BuildReport: which kernels were tuned)."""
+    return list(_BUILDS.values())
+
+
+def clear_cache() -> None:
+    """Forget every build and reset the counters (Dynamo's own caches are torch._dynamo.reset())."""
+    _BUILDS.clear()
+    _RECORDS.clear()
+    STATS.graphs = STATS.builds = STATS.hits = STATS.fallbacks = 0
+    STATS.reasons.clear()
+
+
+@dataclass(frozen=True)
+class Settings:
+    logs: tuple[str, ...] = ()
+    target: Any = "llvm"
+    verify: bool = True
+    max_shapes: int = 8
+
+    @staticmethod
+    def parse(options: dict | None) -> Settings:
+        from .model.extract import resolve_target
+
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise AutotuneError(f"unknown autotune backend option(s) {unknown}; valid: {sorted(OPTIONS)}")
+        logs = options.get("logs", ())
+        logs = (logs,) if isinstance(logs, (str, os.PathLike)) else tuple(logs)
+        for p in logs:
+            if not os.path.isfile(p):
+                raise AutotuneError(f"log {p} does not exist or is not a file")
+        target = options.get("target", "llvm")
+        resolve_target(target)
+        return Settings(tuple(map(str, logs)), target, bool(options.get("verify", True)),
+                        int(options.get("max_shapes", 8)))
+
+    def fingerprint(self) -> str:
+        stamps = [(p, os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in self.logs]
+        return repr((stamps, self.target))
+
+    def records(self) -> list:
+        from .records import load_records
+
+        key = (self.fingerprint(),)
+        if key not in _RECORDS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _RECORDS[key] = load_records(list(self.logs)) if self.logs else []
+        return _RECORDS[key]
+
+
+# ---- running a graph ----------------------------------------------------------------------
+
+def _as_torch(x: Any) -> Any:
+    return x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
+
+
+def tvm_runner(built: Any, user: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
+    """Call a BuiltModel on the graph's arguments: torch tensors in and out by DLPack, no copies."""
+    want = [(s.shape, s.dtype) for s in built.inputs]
+
+    def run(args: Sequence[Any]) -> list[Any]:
+        ins = [args[i].detach().contiguous() for i in user]
+        got = [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in ins]
+        if got != want:  # never reached through the cache keys; the guard of BuiltModel, kept cheap
+            raise AutotuneError(f"{built.name}: built for {want}, called with {got}")
+        out = built.run_tvm(ins)
+        return [_as_torch(o) for o in (out if not hasattr(out, "shape") else [out])]
+
+    return run
+
+
+def check_outputs(got: Sequence[Any], ref: Any) -> None:
+    """Refuse outputs that differ from eager: rtol 1e-3, atol 1e-4 + 1e-3 max|ref| (float), equal (other)."""
+    ref = list(ref) if isinstance(ref, (list, tuple)) else [ref]
+    if len(got) != len(ref):
+        raise Refused(f"{len(got)} outputs instead of {len(ref)}")
+    for k, (g, r) in enumerate(zip(got, ref)):
+        if not isinstance(r, torch.Tensor):
+            raise Refused(f"output {k} is a {type(r).__name__}, not a tensor")
+        if g.shape != r.shape or g.dtype != r.dtype:
+            raise Refused(f"output {k} is {list(g.shape)} {g.dtype}, eager gives {list(r.shape)} {r.dtype}")
+        if r.dtype.is_floating_point:
+            atol = 1e-4 + 1e-3 * float(r.abs().max()) if r.numel() else 0.0
+            if not torch.allclose(g, r, rtol=1e-3, atol=atol, equal_nan=True):
+                err = float((g - r).abs().max())
+                raise Refused(f"output {k} differs from eager (max abs error {err:.3g}, atol {atol:.3g})")
+        elif not torch.equal(g, r):
+            raise Refused(f"output {k} ({r.dtype}) differs from eager")
+
+
+class GraphRunner:
+    """What Dynamo calls for one graph: a build per call signature, eager where that is impossible."""
+
+    def __init__(self, gm: Any, settings: Settings):
+        self.gm, self.settings, self.label = gm, settings, graph_label(gm)
+        self.static: set[int] | None = None
+        self.by_key: dict[tuple, Callable[[Sequence[Any]], Any]] = {}
+        self.builds = 0
+        self.warned = False
+
+    def __call__(self, *args: Any) -> Any:
+        if self.static is None:
+            self.static = static_inputs(self.gm, args)
+        key = call_key(args, self.static)
+        fn = self.by_key.get(key)
+        if fn is None:
+            fn, result = self._prepare(args)
+            self.by_key[key] = fn
+            if result is not None:  # the graph already ran for this call (eager reference or checked build)
+                return result
+        if fn == self._eager:
+            return fn(args)
+        try:
+            return fn(args)
+        except Exception as err:  # noqa: BLE001 - a build that stops working: eager from now on
+            fn = self.by_key[key] = self._fallback(f"the build failed to run: {one_line(err)}")
+            return fn(args)
+
+    def _eager(self, args: Sequence[Any]) -> Any:
+        return self.gm(*args)  # a tuple or list, as Dynamo expects
+
+    def _prepare(self, args: Sequence[Any]) -> tuple[Callable[[Sequence[Any]], Any], Any]:
+        """The runner for a new call signature, and this call's outputs when they were computed (never twice)."""
+        ref = None
+        try:
+            if self.builds >= self.settings.max_shapes:
+                raise Refused(f"more than {self.settings.max_shapes} input shapes (each shape is a build)")
+            exported = export_graph(self.gm, args, self.static, self.settings.fingerprint())
+            built = _BUILDS.get(exported.key)
+            if built is not None:
+                STATS.hits += 1
+                return tvm_runner(built, exported.user), None
+            built = self._build(exported, args)
+            run = tvm_runner(built, exported.user)
+            got = None
+            if self.settings.verify:
+                got = self._first_run(run, args)
+                ref = self.gm(*args)
+                check_outputs(got, ref)
+            _BUILDS[exported.key] = built
+            STATS.builds += 1
+            self.builds += 1
+            return run, got
+        except Refused as why:
+            return self._fallback(why.reason), ref
+        except Exception as err:  # noqa: BLE001 - the user's program never fails because of the backend
+            return self._fallback(f"unexpected {one_line(err)}"), ref
+
+    def _build(self, exported: Exported, args: Sequence[Any]) -> Any:
+        from .model.build import build_model
+        from .model.capture import import_program
+
+        try:
+            captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
+                                           decomposed=True)
+            return build_model(captured, target=self.settings.target, records=self.settings.records())
+        except AutotuneError as err:
+            raise Refused(str(err)) from None
+        except Exception as err:  # noqa: BLE001 - whatever TVM cannot take runs eagerly
+            raise Refused(f"TVM cannot build it: {one_line(err)}") from None
+
+    @staticmethod
+    def _first_run(run: Callable[[Sequence[Any]], list[Any]], args: Sequence[Any]) -> list[Any]:
+        try:
+            return run(args)
+        except Exception as err:  # noqa: BLE001 - a build that fails to run is a build we do not use
+            raise Refused(f"the build failed to run: {one_line(err)}") from None
+
+    def _fallback(self, reason: str) -> Callable[[Sequence[Any]], Any]:
+        STATS.fallbacks += 1
+        STATS.reasons.append(f"{self.label}: {reason}")
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"autotune backend: {self.label} runs eagerly: {reason}", AutotuneFallbackWarning,
+                          stacklevel=4)
+        return self._eager
+
+
+def autotune_backend(gm: Any, example_inputs: Sequence[Any], options: dict | None = None) -> Callable[..., Any]:
+    """torch.compile backend: `torch.compile(model, backend="autotune", options={"logs": [...]})`."""
+    runner = GraphRunner(gm, Settings.parse(options))
+    STATS.graphs += 1
+    return runner
+
+
+def _register() -> None:
+    """Register with Dynamo unless its entry point (setup.py) is already known: the name must stay unique."""
+    if BACKEND_NAME not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(autotune_backend, name=BACKEND_NAME)
+
+
+_register()

@@ -1,0 +1,198 @@
+"""torch.compile(backend="autotune"): graph breaks, guards and recompiles, eager fallback, tuned logs, extraction."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch.compile backend needs PyTorch")
+from torch import nn
+
+import autotune.torch_backend as tb
+from autotune.model.cli import add_model_commands
+from autotune.model.extract import collect_tasks, extract_tasks
+from autotune.task import make_task
+from autotune.tune import tune
+from tests.compile_models import branchy, print_item
+from tests.conftest import FakeBuilder, SimulatedRunner
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    tb.clear_cache()
+    yield
+    torch._dynamo.reset()
+
+
+def _compiled(model, **options):
+    return torch.compile(model, backend="autotune", options=options or None)
+
+
+def _same(a, b):
+    a, b = (x if isinstance(x, (tuple, list)) else (x,) for x in (a, b))
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+def _fallbacks(record):
+    return [w for w in record if issubclass(w.category, tb.AutotuneFallbackWarning)]
+
+
+def test_registered_with_dynamo():
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert "autotune" in torch._dynamo.list_backends()
+    assert lookup_backend("autotune") is tb.autotune_backend
+
+
+def test_data_dependent_branch_both_ways_on_tvm():
+    model, (x,) = branchy()
+    fn = _compiled(model)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for inp in (x, -x * 3, x):  # both branches, then back
+            _same(fn(inp), model(inp))
+    assert not _fallbacks(record), [str(w.message) for w in record]
+    assert tb.STATS.graphs >= 2 and tb.STATS.builds >= 2 and tb.STATS.fallbacks == 0
+    assert all(any(k.task.op == "matmul" for k in b.report.kernels) for b in tb.builds())
+
+
+def test_print_and_item_graph_breaks(capsys):
+    model, (x,) = print_item()
+    fn = _compiled(model)
+    with torch.no_grad():
+        for inp in (x, x * 0.01):  # .item() steers the scale both ways
+            _same(fn(inp), model(inp))
+    assert capsys.readouterr().out.count("PrintItem: after a") == 4  # twice compiled, twice eager
+    assert tb.STATS.graphs >= 2 and tb.STATS.fallbacks == 0 and tb.STATS.builds >= 2
+
+
+def test_shape_change_recompiles_then_hits_the_cache():
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 8)).eval()  # one graph
+    fn = _compiled(model)
+    a, b = torch.randn(4, 16), torch.randn(6, 16)
+    with torch.no_grad():
+        _same(fn(a), model(a))
+        assert (tb.STATS.builds, tb.STATS.hits) == (1, 0)
+        _same(fn(b), model(b))  # guard fails -> Dynamo recompiles (dynamic) -> a build for the new shape
+        assert tb.STATS.builds == 2
+        _same(fn(a), model(a))  # back to the first shape: Dynamo's dynamic graph, our cached build
+        _same(fn(b), model(b))
+    assert tb.STATS.builds == 2 and tb.STATS.hits >= 1 and tb.STATS.fallbacks == 0
+
+
+def test_weights_changed_in_place_are_not_stale():
+    model, (x,) = branchy()
+    fn = _compiled(model)
+    with torch.no_grad():
+        _same(fn(x), model(x))
+        model.neg.weight.mul_(-2.0)
+        _same(fn(x), model(x))
+    assert tb.STATS.fallbacks == 0 and tb.STATS.builds >= 2
+
+
+class Unsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.special.erfinv(torch.tanh(self.fc(x)) * 0.5)  # no TVM importer for erfinv
+
+
+def test_op_tvm_cannot_import_runs_eager_with_one_warning():
+    model = Unsupported().eval()
+    fn = _compiled(model)
+    x = torch.randn(3, 8)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            _same(fn(x), model(x))
+    [w] = _fallbacks(record)
+    assert "runs eagerly" in str(w.message) and "erfinv" in str(w.message)
+    assert tb.STATS.builds == 0
+
+
+class Mutating(nn.Module):
+    """Either updates a buffer in place or returns a view of its input."""
+
+    def __init__(self, view: bool):
+        super().__init__()
+        self.view = view
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        if self.view:
+            return x.t(), x * 2
+        self.calls += 1
+        return x * self.calls
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_input_mutation_and_views_of_inputs_stay_eager(view):
+    model = Mutating(view)
+    fn = _compiled(model)
+    x = torch.randn(2, 3)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = [fn(x) for _ in range(3)]
+    if view:
+        assert out[2][0].data_ptr() == x.data_ptr() and torch.equal(out[2][1], x * 2)  # still a view
+    else:
+        assert float(model.calls) == 3 and torch.equal(out[2], x * 3)  # the graph ran once per call
+    [w] = _fallbacks(record)
+    assert ("view of an input" if view else "mutates its inputs or buffers (BUFFER_MUTATION)") in str(w.message)
+    assert tb.STATS.builds == 0
+
+
+def test_bad_option_is_reported():
+    with pytest.raises(Exception, match="unknown autotune backend option"):
+        _compiled(nn.Linear(2, 2), logz=["x"])(torch.randn(1, 2))
+
+
+def test_tuned_log_is_applied(tmp_path):
+    model, (x,) = branchy()
+    task = make_task("matmul", {"M": 4, "N": 8, "K": 16})  # the last linear
+    log = tmp_path / "tuned.jsonl"
+    result = tune(task, trials=6, tuner="random", log=log, builder=FakeBuilder(),
+                  runner=SimulatedRunner(lambda cfg: 1e-3 / (1 + cfg.index % 5)))
+    fn = _compiled(model, logs=[str(log)])
+    with torch.no_grad():
+        _same(fn(x), model(x))
+    kernels = [k for b in tb.builds() for k in b.report.kernels if k.task.key == task.key]
+    assert kernels and all(k.tuned and k.config_index == result.best.input.config.index for k in kernels)
+    others = [k for b in tb.builds() for k in b.report.kernels if k.task.key != task.key]
+    assert others and not any(k.tuned for k in others)
+
+
+def test_extract_through_compile_merges_graphs_with_weights():
+    model, inputs = print_item()
+    collected = collect_tasks(model, inputs)
+    assert collected.graphs >= 2 and collected.skipped == []
+    mm = make_task("matmul", {"M": 4, "N": 16, "K": 16})
+    assert [(t.key, w) for t, w in collected.tasks] == [(mm.key, 2)]  # a and b, in two graphs
+    assert math.isclose(sum(t.flops * w for t, w in collected.tasks), 2 * 2 * 4 * 16 * 16)
+
+
+def test_extract_auto_falls_back_to_compile(capsys):
+    tasks = extract_tasks("tests/compile_models.py:branchy")  # export fails on the branch
+    assert "torch.export failed" in capsys.readouterr().err
+    got = sorted((t.shape["N"], w) for t, w in tasks)
+    model, (x,) = branchy()
+    assert got == ([(8, 1), (16, 2)] if torch.relu(model.inp(x)).mean() > 0.2 else [(8, 1), (16, 1)])
+    with pytest.raises(Exception, match="torch.export failed"):
+        extract_tasks("tests/compile_models.py:branchy", via="export")
+
+
+def test_cli_extract_compile(capsys):
+    parser = argparse.ArgumentParser(prog="autotune")
+    add_model_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["extract", "tests/compile_models.py:print_item", "--compile"])
+    assert args.handler(args) == 0
+    out = capsys.readouterr().out
+    assert "torch.compile captured" in out and "1 tasks, 2 calls" in out
