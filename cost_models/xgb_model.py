@@ -10,7 +10,7 @@ import numpy as np
 
 OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 FILE_FORMAT = "autotune-xgb-cost-model"
-FILE_VERSION = 1
+FILE_VERSION = 2  # 2: loop-feature totals are per FLOP of the task
 SMALL_FIT_ROWS = 4096
 
 
@@ -131,6 +131,9 @@ class XGBCostModel:
             doc = json.load(fh)
         if doc.get("format") != FILE_FORMAT:
             raise ValueError(f"{path} is not an autotune cost model file")
+        if doc.get("version") != FILE_VERSION:
+            raise ValueError(f"{path} was saved by another version of autotune's features (file version "
+                             f"{doc.get('version')}, this one reads {FILE_VERSION}): retrain it with autotune train-model")
         model = cls(**doc["params"])
         booster = xgb.Booster()
         booster.load_model(bytearray(doc["booster"].encode()))
