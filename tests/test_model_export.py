@@ -36,3 +36,21 @@ def test_exported_library_runs_and_rejects_other_shapes_and_dtypes(tmp_path):
         vm["main"](tvm.runtime.tensor(np.zeros((3, 8), "float32")))
     with pytest.raises(Exception, match="dtype float32"):
         vm["main"](tvm.runtime.tensor(np.zeros((2, 8), "float64")))
+
+
+class _Activations(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 48)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.fc(x))
+        return torch.softmax(h, dim=-1) + torch.tanh(h) + torch.exp(-h * h)
+
+
+def test_fast_math_activations_match_torch():
+    """Softmax, exp, erf (GELU) and tanh are built as fast polynomials; they still match PyTorch."""
+    model = _Activations().eval()
+    x = torch.randn(4, 16, 32) * 3
+    built = build_model(model, inputs=(x,))
+    np.testing.assert_allclose(built(x), model(x).detach().numpy(), rtol=1e-5, atol=2e-6)

@@ -210,6 +210,7 @@ def lower_model(mod: Any, target: dict, kernels: dict[str, Any], tvm_target: Any
 
     mod = _replace_calls(mod, target, kernels)
     mod = tvm.transform.Sequential([
+        relax.transform.FastMathTransform(),  # softmax/exp/erf/tanh as vectorisable polynomials, not libm calls
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
         relax.transform.FuseOps(), relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()])(mod)
     generic: dict[str, str] = {}
