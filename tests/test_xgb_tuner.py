@@ -168,10 +168,23 @@ def test_never_proposes_configs_that_break_gpu_limits():
     space = template.define_space(task)
     tuner = XGBTuner(task, space, ref, seed=3, features="knob")
     proposed = []
-    for _ in range(3):
-        batch = tuner.next_batch(16)
+    while len(proposed) < 48:
+        batch = tuner.next_batch(min(16, 48 - len(proposed)))
+        assert batch
         proposed += batch
         results = [MeasureResult((1e-3 * (1 + (i % 7)),), None, "", 0.0, 0.0) for i in batch]
         tuner.update([MeasureInput(task, space.get(i), ref) for i in batch], results)
     assert len(proposed) == 48
     assert all(check_config(task, template, space.get(i)) is None for i in proposed)
+
+
+def test_cold_start_measures_a_small_random_batch_then_follows_the_model():
+    from autotune.tuners.xgb import COLD_BATCH
+
+    space = TOY_MATMUL.define_space(MM)
+    tuner = XGBTuner(MM, space, TOY_MATMUL_REF, seed=0, features="knob")
+    first = tuner.next_batch(16)
+    assert len(first) == COLD_BATCH and tuner.model is None
+    tuner.update(*_measure(MM, space, first))
+    second = tuner.next_batch(16)
+    assert len(second) == 16 and tuner.model is not None and not set(first) & set(second)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from cost_models.xgb_model import XGBCostModel
 
 POOL_SIZE = 256  # unproposed points of one search kept as start candidates of the next
+COLD_BATCH = 8  # random configs measured before the first model (the model guides from the second batch on)
 Scorer = Callable[[Sequence[int]], np.ndarray]
 
 
@@ -207,8 +208,10 @@ class XGBTuner:
         """Up to n new indices: model-guided picks plus a few random ones (all random before any data)."""
         if n <= 0:
             return []
+        if self.model is None:  # nothing to learn from yet: a small random batch, so the model starts early
+            n = min(n, COLD_BATCH)
         if len(self._plan) < n:  # update() empties the plan, so a plan never outlives the model it came from
-            self._plan = self._make_plan(max(n, self.batch_size or 0))
+            self._plan = self._make_plan(max(n, self.batch_size or 0) if self.model is not None else n)
         batch, self._plan = self._plan[:n], self._plan[n:]
         self._proposed.update(batch)
         return batch
