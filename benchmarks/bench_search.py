@@ -169,8 +169,12 @@ def plot(curves, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def model_quality(work: Path, labels) -> list[str]:
-    """Leave one task out: train on the other tasks' records, rank the held-out task's records."""
+def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
+    """Leave one task out: train on the other tasks' records, rank the held-out task's records.
+
+    Each held-out task is ranked by a model trained on the other search tasks, and, when `extra_logs`
+    exist, by one also trained on those logs' tasks (never on a record of the held-out task itself).
+    """
     import numpy as np
 
     from autotune import load_records, make_task
@@ -180,22 +184,28 @@ def model_quality(work: Path, labels) -> list[str]:
     for label in labels:
         task = make_task(*TASKS[label])
         logs = sorted((work / task.key).glob("*.jsonl"))
-        by_task[label] = load_records(logs) if logs else []
-    rows = ["| held-out task | train records | test configs | objective | Spearman | top-10 recall "
-            "| best of predicted top 10 / best |", "|---|---|---|---|---|---|---|"]
-    for label, held in by_task.items():
-        train = [r for other, recs in by_task.items() if other != label for r in recs]
+        by_task[label] = (task.key, load_records(logs) if logs else [])
+    extra = load_records(list(extra_logs)) if extra_logs else []
+    n_extra = len({r.task.key for r in extra})
+    rows = [("| held-out task | trained on | train records | test configs | objective | Spearman | top-10 recall "
+             "| best of predicted top 10 / best |"), "|---|---|---|---|---|---|---|---|"]
+    for label, (key, held) in by_task.items():
+        search = [r for other, (_, recs) in by_task.items() if other != label for r in recs]
         test = records_dataset([r for r in held if r.result.ok], features="loop")
-        if not train or len(test) < 20:
+        if not search or len(test) < 20:
             continue
-        for objective in ("rank", "reg"):
-            model = train_from_records(train, features="loop", objective=objective)
-            pred = model.predict(test.X)
-            rho = _spearman(pred, test.y)
-            top_true = set(np.argsort(-test.y)[:10])
-            top_pred = np.argsort(-pred)[:10]
-            rows.append(f"| {label} | {len(train)} | {len(test)} | {objective} | {rho:.2f} | "
-                        f"{len(top_true & set(top_pred)) / 10:.1f} | {test.y[top_pred].max() / test.y.max():.2f} |")
+        sets = [("the other 3 search tasks", search)]
+        if extra:
+            sets.append((f"those + {n_extra} model tasks", search + [r for r in extra if r.task.key != key]))
+        for what, train in sets:
+            for objective in ("rank", "reg"):
+                model = train_from_records(train, features="loop", objective=objective)
+                pred = model.predict(test.X)
+                top_true = set(np.argsort(-test.y)[:10])
+                top_pred = np.argsort(-pred)[:10]
+                rows.append(f"| {label} | {what} | {len(train)} | {len(test)} | {objective} | "
+                            f"{_spearman(pred, test.y):.2f} | {len(top_true & set(top_pred)) / 10:.1f} | "
+                            f"{test.y[top_pred].max() / test.y.max():.2f} |")
     return rows
 
 
@@ -247,6 +257,8 @@ def main() -> None:
     ap.add_argument("--ms-trials", type=int, default=300)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default="benchmarks/work/search")
+    ap.add_argument("--model-logs", default="benchmarks/work/models",
+                    help="logs of other tasks (bench_model.py's) also used to train the leave-one-task-out model")
     args = ap.parse_args()
     reexec_clean(args.threads)
     work = Path(args.work)
@@ -265,7 +277,7 @@ def main() -> None:
             "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`.", "",
             "### Sample efficiency", "", *efficiency_table(curves), "",
             "### Cost model quality, leave one task out (loop features)", "",
-            *model_quality(work, args.tasks)]
+            *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")))]
     write_section("bench_search", "\n".join(body))  # written now too, in case the long part below is stopped
     print("\n".join(body), flush=True)
     if args.quality_trials:
