@@ -105,7 +105,7 @@ def run_curves(args, work: Path):
                 for seed in args.seeds:
                     opts = dict(options)
                     if tuner == "xgb":
-                        opts["transfer"] = _transfer_records(work, task) if transfer else []
+                        opts["transfer"] = _transfer_records(work, task, Path(args.model_logs)) if transfer else []
                     log = tdir / f"{method}-s{seed}.jsonl"
                     t0 = time.time()
                     res = tune(task, trials=args.trials, tuner=tuner, log=log, seed=seed, tuner_options=opts,
@@ -120,12 +120,14 @@ def run_curves(args, work: Path):
     return curves
 
 
-def _transfer_records(work: Path, task):
-    """Records of the other tasks' cold xgb-loop runs."""
+def _transfer_records(work: Path, task, model_logs: Path | None = None):
+    """Records of the other tasks' cold xgb-loop runs, plus those of the model benchmark's tasks if present
+    (a user's logs/ folder after tuning a few models); never a record of the task itself."""
     from autotune import load_records
 
     logs = [p for d in work.iterdir() if d.is_dir() and d.name != task.key for p in d.glob("xgb-loop-*.jsonl")]
-    return load_records(logs) if logs else []
+    logs += sorted(model_logs.glob("*.jsonl")) if model_logs is not None and model_logs.is_dir() else []
+    return [r for r in load_records(logs) if r.task.key != task.key] if logs else []
 
 
 def efficiency_table(curves) -> list[str]:
@@ -274,7 +276,10 @@ def main() -> None:
                                                    f"{args.ms_trials}" if args.quality_trials else "") +
             f"`; {args.threads} threads; wall time of this invocation {time.time() - t0:.0f} s (runs found "
             "complete in their logs are not measured again). "
-            "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`.", "",
+            "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`. "
+            "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the model benchmark's logs "
+            f"(`{args.model_logs}`, {len(list(Path(args.model_logs).glob('*.jsonl')))} files), never on the task "
+            "itself.", "",
             "### Sample efficiency", "", *efficiency_table(curves), "",
             "### Cost model quality, leave one task out (loop features)", "",
             *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")))]
