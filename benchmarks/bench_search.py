@@ -98,8 +98,8 @@ def run_curves(args, work: Path):
                 task = make_task(op, shape)
                 tdir = work / task.key
                 tdir.mkdir(parents=True, exist_ok=True)
-                known = {}
-                for log in sorted(tdir.glob("*.jsonl")):
+                known = {}  # earlier/ keeps logs of runs made by an older tuner: their measurements still replay
+                for log in sorted(tdir.glob("*.jsonl")) + sorted(tdir.glob("earlier/*.jsonl")):
                     for r in load_records(log):
                         known.setdefault(r.input.config.index, r.result)
                 for seed in args.seeds:
