@@ -236,7 +236,7 @@ def kernel_quality(args, work: Path) -> list[str]:
         arrays = random_inputs(task.opdef, task.shape, "float32", seed=1)
         ours = sorted(build_best(log, task).time(*arrays, repeat=7))[3]
         t_torch = median_time(torch_fn(task, arrays))
-        ms_ex = metaschedule_kernel(task, args.ms_trials, str(work / task.key / "ms"))
+        ms_ex = metaschedule_kernel(task, args.ms_trials, str(work / task.key / f"ms-{args.ms_trials}"))
         t_ms = time_executable(ms_ex, task, arrays) if ms_ex is not None else float("nan")
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
         ratios_t.append(t_torch / ours)
