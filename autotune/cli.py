@@ -9,6 +9,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
 from .model.cli import add_model_commands
 from .rpc_services import add_rpc_parser, add_rpc_runner_arguments, cmd_rpc, runner_from_args
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     add_rpc_runner_arguments(t)
     t.add_argument("--build-only", action="store_true",
                    help="validate and compile candidates, measure nothing (e.g. CUDA on a machine without a GPU)")
+    add_dynamic_arguments(t)
 
     b = sub.add_parser("best", help="best valid config per task in logs")
     b.add_argument("logs", nargs="+")
@@ -95,6 +97,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .tune import default_log_path, ensure_measurable, tune
     from .tuners import get_tuner_class
 
+    if wants_dynamic(args):
+        return cmd_tune_dynamic(args)
     task = make_task(args.op, args.shape, args.dtype, args.target, arch=args.arch)
     get_tuner_class(args.tuner)  # validate before any work
     if args.trials < 1:

@@ -1,0 +1,109 @@
+"""`autotune tune OP --shape M=lo..hi,... --dynamic`: rank, tune the uKernels, report the dispatch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import AutotuneError
+
+
+def add_dynamic_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `tune` options of the dynamic path."""
+    parser.add_argument("--dynamic", action="store_true",
+                        help="one parameter is a range (e.g. M=1..4096): tune a few uKernels that cover every size; "
+                             "--trials is the tallest uKernel's budget")
+    parser.add_argument("--ukernel-trials", type=int,
+                        help="--dynamic: trials of each smaller uKernel (default: --trials/8, at least 2)")
+    parser.add_argument("--max-ukernels", type=int, default=3, help="--dynamic: uKernels to tune at most")
+
+
+def wants_dynamic(args: argparse.Namespace) -> bool:
+    """True for --dynamic; a range without --dynamic is an error that says so."""
+    if ".." in args.shape and not args.dynamic:
+        raise AutotuneError(f"a range in --shape ({args.shape}) needs --dynamic")
+    return bool(args.dynamic)
+
+
+def cmd_tune_dynamic(args: argparse.Namespace) -> int:
+    from ..measure import RunnerOptions
+    from ..progress import ProgressBar
+    from ..records import load_records
+    from ..transfer import transfer_records
+    from ..tune import ensure_measurable
+    from ..tuners import get_tuner_class
+    from .dispatch import DynamicKernel
+    from .load import compile_ukernels, ukernel_records
+    from .spec import parse_dynamic
+    from .tuning import default_log_path, tune_dynamic, ukernel_budget
+
+    spec = parse_dynamic(args.op, args.shape, args.dtype, args.target, arch=args.arch)
+    get_tuner_class(args.tuner)
+    if args.trials < 1 or (args.ukernel_trials is not None and args.ukernel_trials < 1):
+        raise AutotuneError("--trials and --ukernel-trials must be >= 1")
+    if args.max_ukernels < 1:
+        raise AutotuneError("--max-ukernels must be >= 1")
+    if args.build_only or getattr(args, "rpc_key", None):
+        raise AutotuneError("--dynamic measures on this machine only (no --build-only or RPC yet)")
+    ensure_measurable(spec.task(spec.lo))
+    log = args.log or str(default_log_path(spec))
+    options = {"features": args.features, "cost_model": args.cost_model} if args.tuner == "xgb" else {}
+    transfer = transfer_records(spec.task(spec.lo), Path(log), args.transfer)
+    runner_options = RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
+                                   min_repeat_ms=args.min_repeat_ms, cache_flush=args.cache_flush)
+    print(f"tuning {spec} dynamically  log={log}", file=sys.stderr)
+    bar: list[ProgressBar] = []
+
+    def start(height: int, budget: int) -> None:
+        if bar:
+            bar.pop().__exit__(None, None, None)
+        print(f"uKernel {spec.dim}={height}: {budget} trials", file=sys.stderr)
+        bar.append(ProgressBar(budget, spec.task(height), enabled=not args.quiet).__enter__())
+
+    try:
+        result = tune_dynamic(spec, trials=args.trials, log=log, tuner=args.tuner,
+                              ukernel_trials=args.ukernel_trials or ukernel_budget(args.trials),
+                              max_kernels=args.max_ukernels, seed=args.seed, batch_size=args.batch_size,
+                              tuner_options=options, runner_options=runner_options, build_timeout=args.build_timeout,
+                              progress=lambda h, r: bar[-1].update(r) if bar else None, on_start=start,
+                              transfer=transfer)
+    finally:
+        if bar:
+            bar.pop().__exit__(None, None, None)
+    print(candidates_table(result.candidates))
+    resumed = sum(u.resumed for u in result.ukernels)
+    if resumed:
+        print(f"resumed {resumed} records from {log}", file=sys.stderr)
+    best = ukernel_records(spec, load_records(log))
+    heights = [u.height for u in result.ukernels]
+    missing = [h for h in heights if h not in best]
+    if missing:
+        print(f"no valid config for the uKernel(s) {', '.join(f'{spec.dim}={h}' for h in missing)}")
+        return 1
+    kernel = DynamicKernel(spec, compile_ukernels(spec, best, heights))
+    print(kernel.describe(_report_sizes(spec.lo, spec.hi)))
+    print(f"{result.trials} trials in {result.wall_s:.0f} s; log: {log}\n"
+          f"use it: autotune.dynamic.load({log!r}, {spec.op!r}, {args.shape!r})")
+    return 0
+
+
+def candidates_table(candidates) -> str:
+    """The analytic ranking: one line per candidate height, the chosen ones marked."""
+    lines = [("uKernel candidates (analytic, no measurement): rank height predicted GFLOPS flop/byte cores-busy "
+              "set-score")]
+    for c in candidates:
+        lines.append(f"  {'*' if c.chosen else ' '} {c.rank:>2d} {c.height:>5d} {c.predicted_s * 1e3:9.4f} ms "
+                     f"{c.gflops:7.1f} {c.intensity:8.1f} {c.parallel:6.2f} {c.score:7.3f}")
+    return "\n".join(lines)
+
+
+def _report_sizes(lo: int, hi: int) -> list[int]:
+    sizes = {lo, hi}
+    v = 1
+    while v < hi:
+        if v > lo:
+            sizes.add(v)
+            sizes.add(min(hi, v + v // 2 + 1))
+        v *= 4
+    return sorted(sizes)

@@ -1,0 +1,65 @@
+"""Build a dynamic kernel from a log: every task of the operator at some size is a uKernel candidate."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..errors import AutotuneError
+from ..records import Record, best_record, by_task, load_records
+from .dispatch import DynamicKernel, UKernel
+from .spec import DynamicSpec, parse_dynamic
+
+
+def ukernel_records(spec: DynamicSpec, records: Iterable[Record]) -> dict[int, Record]:
+    """Best valid record per height, among records of `spec`'s operator made by the current template."""
+    import search_spaces
+
+    out: dict[int, Record] = {}
+    for recs in by_task(r for r in records if spec.matches(r.task)).values():
+        current = []
+        for r in recs:
+            try:
+                if search_spaces.resolve(r.input.template).version == r.template_version:
+                    current.append(r)
+            except AutotuneError:  # a template that is no longer importable
+                continue
+        best = best_record(current)
+        if best is not None:
+            out[best.task.shape[spec.dim]] = best
+    return out
+
+
+def compile_ukernels(spec: DynamicSpec, best: dict[int, Record], heights: Sequence[int] | None = None) -> list[UKernel]:
+    """Compile the best config of each height (all heights in `best` unless `heights` names some)."""
+    from ..kernel import compile_config
+
+    out = []
+    for h in sorted(heights if heights is not None else best, reverse=True):
+        if h not in best:
+            raise AutotuneError(f"no valid record for the uKernel {spec.dim}={h} of {spec}")
+        rec = best[h]
+        kernel = compile_config(rec.task, rec.input.config.index, rec.input.template)
+        out.append(UKernel(h, rec.task, kernel.executable["main"], rec.result.mean_s, rec))
+    return out
+
+
+def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | DynamicSpec, shape: str | None = None,
+         target: str | dict[str, Any] = "llvm", heights: Sequence[int] | None = None) -> DynamicKernel:
+    """The dynamic kernel of `op` (e.g. "matmul", "M=1..4096,N=768,K=768") from the uKernels in the log(s).
+
+    Every task of the operator with the same fixed parameters and target is used as a uKernel
+    (its best valid config), unless `heights` names the ones to use.
+    """
+    spec = op if isinstance(op, DynamicSpec) else parse_dynamic(op, shape or "", target=target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = load_records(log)
+    best = ukernel_records(spec, records)
+    if not best:
+        stale = any(spec.matches(r.task) and r.result.ok for r in records)
+        raise AutotuneError(f"no valid uKernel record of {spec} in {log}"
+                            + (" made by the current template version (re-tune)" if stale else ""))
+    return DynamicKernel(spec, compile_ukernels(spec, best, heights))

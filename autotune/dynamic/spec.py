@@ -1,0 +1,109 @@
+"""A dynamic operator: one shape parameter varies over a range, the others are fixed.
+
+`M=1..4096,N=768,K=768` for matmul: M varies. The varying parameter is the one the output's
+leading axis follows (matmul M, dense batch, batch_matmul B), so a run-time size is covered by
+contiguous row slices of the inputs and the output (zero-copy views).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AutotuneError
+from ..ops import get_op
+from ..target import parse_target
+from ..task import Task, make_task
+
+
+@dataclass(frozen=True)
+class RowSplit:
+    """How an operator is cut along its dynamic parameter."""
+
+    param: str  # the parameter that may vary
+    sliced: tuple[bool, ...]  # per input: is it sliced along axis 0 with the output?
+    rows_per_unit: int = 0  # rows of one register tile along the dim (0: the CPU model's register rows)
+
+
+ROW_SPLITS: dict[str, RowSplit] = {
+    "matmul": RowSplit("M", (True, False)),
+    "dense": RowSplit("batch", (True, False)),
+    "batch_matmul": RowSplit("B", (True, True), rows_per_unit=1),
+}
+
+_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class DynamicSpec:
+    """An operator with one parameter ranging over lo..hi (inclusive) and the others fixed."""
+
+    op: str
+    dim: str
+    lo: int
+    hi: int
+    fixed: tuple[tuple[str, int], ...]
+    dtype: str
+    target_json: str
+
+    @property
+    def target(self) -> dict[str, Any]:
+        return json.loads(self.target_json)
+
+    @property
+    def split(self) -> RowSplit:
+        return ROW_SPLITS[self.op]
+
+    def task(self, value: int) -> Task:
+        """The static task with the dynamic parameter set to `value`."""
+        return make_task(self.op, {**dict(self.fixed), self.dim: int(value)}, self.dtype, self.target)
+
+    def matches(self, task: Task) -> bool:
+        """Is `task` this operator at some value of the dynamic parameter (a possible uKernel)?"""
+        shape = task.shape
+        return (task.op == self.op and task.dtype == self.dtype and task.target == self.target
+                and all(shape[k] == v for k, v in self.fixed))
+
+    def __str__(self) -> str:
+        fixed = ",".join(f"{k}={v}" for k, v in self.fixed)
+        return f"{self.op}({self.dim}={self.lo}..{self.hi},{fixed})"
+
+
+def parse_dynamic(op: str, text: str, dtype: str = "float32", target: str | dict[str, Any] = "llvm",
+                  arch: str | None = None) -> DynamicSpec:
+    """`M=1..4096,N=768,K=768` -> DynamicSpec; raises AutotuneError with a one-line reason."""
+    opdef = get_op(op)
+    if op not in ROW_SPLITS:
+        raise AutotuneError(f"--dynamic supports {', '.join(ROW_SPLITS)}; not {op}")
+    split = ROW_SPLITS[op]
+    fixed: dict[str, int] = {}
+    ranges: dict[str, tuple[int, int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, eq, value = (s.strip() for s in part.partition("="))
+        if not eq:
+            raise AutotuneError(f"bad shape item {part!r}: expected name=value or name=lo..hi, e.g. M=1..4096")
+        if ".." in value:
+            m = _RANGE.match(value)
+            if not m:
+                raise AutotuneError(f"bad range {part!r}: expected {name}=lo..hi with integers, e.g. {name}=1..4096")
+            ranges[name] = (int(m.group(1)), int(m.group(2)))
+            continue
+        try:
+            fixed[name] = int(value)
+        except ValueError:
+            raise AutotuneError(f"bad shape value {part!r}: {value!r} is not an integer or a range lo..hi") from None
+    if set(ranges) != {split.param}:
+        got = ", ".join(ranges) or "none"
+        raise AutotuneError(f"{op} --dynamic needs exactly one range, on {split.param} (e.g. {split.param}=1..4096); "
+                            f"got ranges on: {got}")
+    lo, hi = ranges[split.param]
+    if not 1 <= lo <= hi:
+        raise AutotuneError(f"bad range {split.param}={lo}..{hi}: need 1 <= lo <= hi")
+    params = opdef.complete({**fixed, split.param: lo})  # unknown / missing / impossible parameters
+    tgt = parse_target(target, arch=arch)
+    ordered = tuple((p, params[p]) for p in opdef.params if p != split.param)
+    spec = DynamicSpec(op, split.param, lo, hi, ordered, dtype, json.dumps(tgt, sort_keys=True))
+    spec.task(lo)  # dtype
+    return spec

@@ -1,0 +1,183 @@
+"""Dynamic shapes: hardware model, uKernel ranking, composition, the dispatching kernel, the CLI path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.cli import main
+from autotune.dynamic import cpu_model, cuda_model, load, parse_dynamic, rank_ukernels
+from autotune.dynamic.compose import Planner
+from autotune.dynamic.dispatch import ALIGN, aligned_empty
+from autotune.dynamic.hardware import parse_size
+from autotune.dynamic.tuning import mapped_configs
+from autotune.dynamic.ukernels import chosen_heights
+from autotune.errors import AutotuneError
+from autotune.measure_types import MeasureInput, MeasureResult
+from autotune.records import Record, load_records
+
+SHAPE = "M=1..300,N=64,K=64"
+CLI_ARGS = ["tune", "matmul", "--shape", SHAPE, "--dynamic", "--trials", "4", "--tuner", "random",
+            "--min-repeat-ms", "5", "--quiet", "--max-ukernels", "3"]
+SIZES = [1, 2, 3, 5, 7, 13, 16, 23, 31, 47, 48, 64, 97, 127, 255, 300, 301, 997]
+
+
+def _flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_cpu_model_reads_this_machine():
+    hw = cpu_model({"kind": "llvm", "num-cores": 2})
+    assert hw.l1d_bytes > 0 and hw.l2_bytes > 0 and hw.l2_bytes > hw.l1d_bytes
+    assert hw.cores == 2 and hw.ghz > 0.5 and hw.peak_gflops > 0
+    if "avx512f" in _flags():
+        assert (hw.lanes, hw.vector_registers) == (16, 32)
+    else:
+        assert hw.lanes in (4, 8)
+    assert (parse_size("48K"), parse_size("2048K"), parse_size("1M")) == (48 * 1024, 2 * 1024**2, 1024**2)
+
+
+def test_cuda_model_from_arch():
+    h100, unknown = cuda_model("sm_90"), cuda_model("sm_91")
+    assert (h100.sms, h100.warp_size, h100.shared_per_block) == (132, 32, 48 * 1024)
+    assert unknown.sms == 132 and cuda_model("sm_80").sms == 108
+
+
+@pytest.mark.parametrize("op,shape", [("matmul", "M=1..4096,N=768,K=768"), ("matmul", "M=1..2048,N=3072,K=768"),
+                                      ("dense", "batch=1..512,in_features=768,out_features=768"),
+                                      ("batch_matmul", "B=1..64,M=128,N=64,K=64")])
+def test_candidates_ranked_and_few(op, shape):
+    spec = parse_dynamic(op, shape)
+    cands = rank_ukernels(spec, cpu_model(spec.target), max_kernels=3)
+    chosen = chosen_heights(cands)
+    assert 1 <= len(chosen) <= 3 and [c.rank for c in cands] == list(range(1, len(cands) + 1))
+    assert all(c.chosen for c in cands[:len(chosen)]) and not any(c.chosen for c in cands[len(chosen):])
+    assert all(1 <= c.height <= spec.hi and c.predicted_s > 0 for c in cands)
+    scores = [c.score for c in cands[:len(chosen)]]
+    assert scores == sorted(scores, reverse=True) and scores[-1] >= 1.0  # each pick helps; never beats exact size
+    cuda = rank_ukernels(parse_dynamic(op, shape, target="cuda"), cuda_model("sm_90"))
+    assert 1 <= len(chosen_heights(cuda)) <= 3
+
+
+def test_wide_range_gets_small_and_tall_ukernels():
+    chosen = chosen_heights(rank_ukernels(parse_dynamic("matmul", "M=1..4096,N=768,K=768"), cpu_model()))
+    assert len(chosen) >= 2 and min(chosen) <= 16 and max(chosen) >= 64
+
+
+def test_composition_covers_every_size_exactly_once():
+    rng = np.random.default_rng(0)
+    for trial in range(4):
+        heights = sorted({int(h) for h in rng.integers(1, 70, size=3)}, reverse=True)
+        costs = [h * float(rng.uniform(0.5, 1.5)) + 2.0 for h in heights]
+        planner = Planner(heights, costs, lambda k, rows: 0.1 * rows)
+        for m in range(1, 301):
+            plan = planner.plan(m)
+            covered = np.zeros(m, int)
+            for p in plan.pieces:
+                covered[p.offset:p.offset + p.rows] += 1
+                assert p.rows == p.height or p is plan.pieces[-1]  # only the tail is padded
+            assert (covered == 1).all(), (heights, m, plan)
+            naive = (m // heights[0]) * costs[0] + (costs[0] + 0.1 * (m % heights[0]) if m % heights[0] else 0)
+            assert plan.predicted_s <= naive + 1e-9
+
+
+def test_composition_picks_the_cheaper_cover():
+    planner = Planner([8, 3], [8.0, 3.5], lambda k, rows: 1.0)
+    assert planner.plan(9).describe() == "3x3" and planner.cost(9) == pytest.approx(10.5)
+    assert planner.plan(8).describe() == "1x8"
+    assert planner.plan(1).describe() == "pad 1/3" and planner.cost(1) == pytest.approx(4.5)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("M=1..x,N=4,K=4", "bad range"), ("M=9..2,N=4,K=4", "need 1 <= lo <= hi"),
+    ("M=4,N=1..4,K=4", "needs exactly one range, on M"), ("M=4,N=4,K=4", "needs exactly one range"),
+    ("M=1..4,N=4", "missing parameter(s) K"), ("M=1..4,N=4,K=4,Z=2", "unknown parameter(s) Z")])
+def test_bad_dynamic_shapes(text, needle):
+    with pytest.raises(AutotuneError, match=None) as err:
+        parse_dynamic("matmul", text)
+    assert needle in str(err.value)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--shape", "M=1..x,N=4,K=4", "--dynamic"], "bad range 'M=1..x'"),
+    (["--shape", "M=1..64,N=4,K=4"], "needs --dynamic"),
+    (["--shape", "M=1..64,N=4,K=4", "--dynamic", "--trials", "0"], "must be >= 1")])
+def test_cli_bad_range_is_one_line(args, needle):
+    r = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", "matmul", *args], capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_mapped_configs_keep_the_donor_knobs():
+    import search_spaces
+
+    spec = parse_dynamic("matmul", SHAPE)
+    tmpl = search_spaces.resolve("search_spaces.matmul:MATMUL_CPU")
+    tall, small = (tmpl.define_space(spec.task(h)) for h in (96, 24))
+    donors = [Record(MeasureInput(spec.task(96), tall.get(i), "search_spaces.matmul:MATMUL_CPU"),
+                     MeasureResult((t,), None, "", 0.0, 0.0), tmpl.version, 2, {})
+              for i, t in [(len(tall) // 3, 2e-6), (len(tall) // 2, 1e-6), (7, 5e-6)]]
+    mapped = mapped_configs(small, donors, 2)
+    assert len(mapped) == 2
+    fastest = donors[1].input.config
+    cfg = small.get(mapped[0])
+    assert all(cfg[k] == fastest[k] for k in fastest.knobs if k != "tile_i")
+    assert np.prod(cfg["tile_i"]) == 24 and cfg["tile_i"] in small["tile_i"].candidates
+
+
+@pytest.fixture(scope="module")
+def tuned_log(tmp_path_factory):
+    """uKernels of SHAPE tuned through the CLI (random tuner: 4 trials for the tallest, 2 seeds each other)."""
+    log = tmp_path_factory.mktemp("dyn") / "dyn.jsonl"
+    assert main([*CLI_ARGS, "--log", str(log)]) == 0
+    return log
+
+
+def test_cli_dynamic_writes_log_and_resumes(tuned_log, capsys):
+    lines = tuned_log.read_text().splitlines()
+    tasks = {r.task.key for r in load_records(tuned_log)}
+    assert 2 <= len(tasks) <= 3 and len(lines) == 4 + 2 * (len(tasks) - 1)  # tallest: --trials; others: 2 seeds
+    capsys.readouterr()
+    assert main([*CLI_ARGS, "--log", str(tuned_log)]) == 0
+    captured = capsys.readouterr()
+    assert tuned_log.read_text().splitlines() == lines  # nothing measured again
+    assert f"resumed {len(lines)} records" in captured.err and "uKernel M=" in captured.out
+
+
+def test_dynamic_kernel_matches_numpy_for_every_size(tuned_log):
+    kernel = load(tuned_log, "matmul", SHAPE)
+    tallest = max(u.height for u in kernel.ukernels)
+    assert len(kernel.ukernels) >= 2 and max(SIZES) > tallest
+    rng = np.random.default_rng(1)
+    b = rng.uniform(-1, 1, (64, 64)).astype("float32")
+    for m in SIZES:
+        a = rng.uniform(-1, 1, (m, 64)).astype("float32")
+        np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4, err_msg=f"M={m}")
+        assert sum(p.rows for p in kernel.plan(m).pieces) == m
+
+
+def test_unaligned_arrays_go_through_scratch(tuned_log):
+    kernel = load(tuned_log, "matmul", SHAPE)
+    rng = np.random.default_rng(2)
+    m = 257
+
+    def unaligned(shape):
+        raw = aligned_empty((int(np.prod(shape)) + 1,))
+        return raw[1:].reshape(shape)  # 4 bytes past a 64-byte boundary
+
+    a, b, c = unaligned((m, 64)), unaligned((64, 64)), unaligned((m, 64))
+    a[...] = rng.uniform(-1, 1, a.shape)
+    b[...] = rng.uniform(-1, 1, b.shape)
+    assert all(x.__array_interface__["data"][0] % ALIGN for x in (a, b, c))
+    kernel.run(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(AutotuneError, match="expects inputs of shapes"):
+        kernel(a, b[:32])
