@@ -181,3 +181,29 @@ def test_unaligned_arrays_go_through_scratch(tuned_log):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     with pytest.raises(AutotuneError, match="expects inputs of shapes"):
         kernel(a, b[:32])
+
+
+def test_model_with_dynamic_batch_uses_dynamic_kernels(tuned_log, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from autotune.dynamic import DynamicKernel
+    from autotune.model.build import build_model
+
+    calls: list[int] = []
+    run = DynamicKernel.run
+    monkeypatch.setattr(DynamicKernel, "run", lambda self, *a: (calls.append(a[0].shape[0]), run(self, *a))[1])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 16)).eval()
+    batch = torch.export.Dim("batch", min=1, max=300)
+    program = torch.export.export(model, (torch.randn(4, 64),), dynamic_shapes={"input": {0: batch}})
+    built = build_model(program, logs=[tuned_log])
+    summary = built.report.summary()
+    assert "1 of 2 dynamic matmuls use tuned uKernels" in summary and "matmul(M=1..300,N=64,K=64)" in summary
+    for m in (1, 7, 97, 300):
+        x = torch.randn(m, 64)
+        with torch.no_grad():
+            ref = model(x).numpy()
+        np.testing.assert_allclose(built(x), ref, rtol=1e-4, atol=1e-4)
+        assert calls[-1] == m
+    with pytest.raises(AutotuneError, match="cannot be exported"):
+        built.export_library("/tmp/never.so")
