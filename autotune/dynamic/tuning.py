@@ -63,11 +63,6 @@ def default_log_path(spec: DynamicSpec) -> Path:
     return Path("logs") / f"{spec.op}-dyn-{hashlib.sha1(key.encode()).hexdigest()[:12]}.jsonl"
 
 
-def planned_heights(spec: DynamicSpec, max_kernels: int = 3) -> list[int]:
-    """The uKernel heights `tune_dynamic` tunes for `spec` on this machine, tallest first."""
-    return chosen_heights(rank_ukernels(spec, hardware_model(spec.target), max_kernels=max_kernels))
-
-
 def ukernel_budget(trials: int) -> int:
     """Trials of each smaller uKernel when the tallest gets `trials`: its best two or three, mapped."""
     return max(2, math.ceil(trials / 8))
