@@ -26,6 +26,11 @@ DEFAULT_TEMPLATES: dict[tuple[str, str], str] = {
     ("depthwise_conv2d", "cuda"): "search_spaces.cuda_depthwise:DEPTHWISE_CUDA",
 }
 
+# (op, target kind) -> template of the uKernels of a dynamic-shape kernel (run many times per call)
+UKERNEL_TEMPLATES: dict[tuple[str, str], str] = {
+    ("matmul", "llvm"): "search_spaces.matmul:MATMUL_UKERNEL_CPU",
+}
+
 
 def resolve(ref: str) -> Template:
     """Import the template a reference names."""
@@ -48,4 +53,9 @@ def default_template_ref(op: str, target_kind: str) -> str:
                             ) from None
 
 
-__all__ = ["Template", "prim_func", "resolve", "default_template_ref", "DEFAULT_TEMPLATES"]
+def ukernel_template_ref(op: str, target_kind: str) -> str:
+    """Template for the uKernels of a dynamic-shape kernel: its own where one exists, else the default."""
+    return UKERNEL_TEMPLATES.get((op, target_kind)) or default_template_ref(op, target_kind)
+
+
+__all__ = ["DEFAULT_TEMPLATES", "UKERNEL_TEMPLATES", "Template", "default_template_ref", "prim_func", "resolve", "ukernel_template_ref"]

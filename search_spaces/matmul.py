@@ -47,6 +47,9 @@ class Gemm:
 MATMUL = Gemm("M", "N", "K")
 DENSE = Gemm("batch", "out_features", "in_features", b_name="W", b_transposed=True, pack_choices=("tile", "root", "none"))
 BATCH_MATMUL = Gemm("M", "N", "K", batch="B", b_name="Bm")
+# A uKernel of a dynamic-shape matmul runs many times per call on row blocks of A: packing B in
+# each call would repeat the same copy, so its template reads B in place.
+MATMUL_UKERNEL = Gemm("M", "N", "K", pack_choices=("none",))
 
 
 def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
@@ -122,6 +125,16 @@ def matmul_apply(task: Task, cfg: Config):
     return apply_gemm(MATMUL, task, cfg)
 
 
+def matmul_ukernel_space(task: Task) -> ConfigSpace:
+    """Space of the matmul uKernel template (B read in place)."""
+    return define_gemm_space(MATMUL_UKERNEL, task)
+
+
+def matmul_ukernel_apply(task: Task, cfg: Config):
+    """Schedule of one matmul uKernel config."""
+    return apply_gemm(MATMUL_UKERNEL, task, cfg)
+
+
 def dense_space(task: Task) -> ConfigSpace:
     """Space of the dense template."""
     return define_gemm_space(DENSE, task)
@@ -143,5 +156,6 @@ def batch_matmul_apply(task: Task, cfg: Config):
 
 
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply)
+MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply)
 DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply)
 BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply)

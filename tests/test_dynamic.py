@@ -145,6 +145,8 @@ def test_cli_dynamic_writes_log_and_resumes(tuned_log, capsys):
     lines = tuned_log.read_text().splitlines()
     tasks = {r.task.key for r in load_records(tuned_log)}
     assert 2 <= len(tasks) <= 3 and len(lines) == 4 + 2 * (len(tasks) - 1)  # tallest: --trials; others: 2 seeds
+    refs = {r.input.template for r in load_records(tuned_log)}
+    assert refs == {"search_spaces.matmul:MATMUL_UKERNEL_CPU"}  # B read in place: no packing per piece
     capsys.readouterr()
     assert main([*CLI_ARGS, "--log", str(tuned_log)]) == 0
     captured = capsys.readouterr()

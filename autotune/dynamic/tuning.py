@@ -82,6 +82,8 @@ def tune_dynamic(spec: DynamicSpec, trials: int = 64, log: str | Path | None = N
     uKernel measures a quarter of its budget mapped from their best and (xgb) pre-trains on them.
     progress(height, result) after each batch; on_start(height, budget) before each uKernel.
     """
+    import search_spaces
+
     t0 = time.perf_counter()
     candidates = rank_ukernels(spec, hardware_model(spec.target), max_kernels=max_kernels)
     chosen = sorted(heights, reverse=True) if heights else chosen_heights(candidates)
@@ -106,6 +108,7 @@ def tune_dynamic(spec: DynamicSpec, trials: int = 64, log: str | Path | None = N
             if tuner == "xgb":
                 options.setdefault("transfer", list(done or others))
             result = tune(task, trials=budget, tuner=tuner, log=log_path, seed=seed, batch_size=batch_size,
+                          template=search_spaces.ukernel_template_ref(task.op, task.target_kind),
                           tuner_options=options, builder=builder, runner=runner,
                           progress=(lambda r, h=height: progress(h, r)) if progress else None)
             done += result.records
@@ -123,7 +126,7 @@ def _measure_seeds(task, donors: list[Record], n: int, log: Path, builder: Build
     """Measure (and log) up to n configs mapped from the donors' best, unless the log already has as many."""
     import search_spaces
 
-    ref = search_spaces.default_template_ref(task.op, task.target_kind)
+    ref = search_spaces.ukernel_template_ref(task.op, task.target_kind)
     tmpl = search_spaces.resolve(ref)
     have = resumable_records(log, task, ref, tmpl.version)
     space = tmpl.define_space(task)
