@@ -41,6 +41,7 @@ class BackendStats:
     builds: int = 0  # TVM builds
     hits: int = 0  # a new call signature served by an existing build
     fallbacks: int = 0  # call signatures that run eagerly
+    eager_graphs: int = 0  # graphs with at least one call signature run eagerly (each warned once)
     reasons: list[str] = field(default_factory=list)  # one per fallback: "label: reason"
 
 
@@ -58,7 +59,7 @@ def clear_cache() -> None:
     """Forget every build and reset the counters (Dynamo's own caches are torch._dynamo.reset())."""
     _BUILDS.clear()
     _RECORDS.clear()
-    STATS.graphs = STATS.builds = STATS.hits = STATS.fallbacks = 0
+    STATS.graphs = STATS.builds = STATS.hits = STATS.fallbacks = STATS.eager_graphs = 0
     STATS.reasons.clear()
 
 
@@ -142,6 +143,19 @@ def check_outputs(got: Sequence[Any], ref: Any) -> None:
             raise Refused(f"output {k} ({r.dtype}) differs from eager")
 
 
+def dispatch_library_ops(mod: Any, target: Any) -> Any:
+    """Lower sort, scan (cumsum) and sampling ops, which LegalizeOps leaves to the backend's dispatch passes."""
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    from .model.extract import resolve_target
+    from .target import to_tvm_target
+
+    tvm_target = to_tvm_target(resolve_target(target))
+    with tvm_target:
+        return tvm.transform.Sequential(cpu.library_dispatch_passes(tvm_target))(mod)
+
+
 class GraphRunner:
     """What Dynamo calls for one graph: a build per call signature, eager where that is impossible."""
 
@@ -206,7 +220,8 @@ class GraphRunner:
 
         try:
             captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
-                                           decomposed=True)
+                                      decomposed=True)
+            captured.mod = dispatch_library_ops(captured.mod, self.settings.target)
             return build_model(captured, target=self.settings.target, records=self.settings.records())
         except AutotuneError as err:
             raise Refused(str(err)) from None
@@ -225,6 +240,7 @@ class GraphRunner:
         STATS.reasons.append(f"{self.label}: {reason}")
         if not self.warned:
             self.warned = True
+            STATS.eager_graphs += 1
             warnings.warn(f"autotune backend: {self.label} runs eagerly: {reason}", AutotuneFallbackWarning,
                           stacklevel=4)
         return self._eager

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from .aten_fixes import decompositions, fix_graph
+
 
 class Refused(Exception):
     """Why a graph cannot run on autotune's kernels: becomes the one warning of the eager fallback."""
@@ -59,16 +61,19 @@ def graph_label(gm: torch.fx.GraphModule) -> str:
 
 
 def call_key(args: Sequence[Any], static: set[int]) -> tuple:
-    """What a build depends on: input shapes and dtypes, scalar values, identity and version of the weights."""
+    """What a build depends on: input shapes and dtypes, scalar values, identity and version of the weights.
+
+    Called on every call of a compiled graph, so kept cheap: a weight is its storage pointer and
+    version counter (any in-place change bumps the version; a new tensor has a new pointer).
+    """
     key = []
     for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            if i in static:
-                key.append(("w", a.data_ptr(), a._version, tuple(a.shape), a.dtype))
-            else:
-                key.append(("t", tuple(a.shape), a.dtype, a.device.type))
+        if i in static:
+            key.append((a.data_ptr(), a._version))
+        elif isinstance(a, torch.Tensor):
+            key.append((a.shape, a.dtype, a.device))
         else:
-            key.append(("v", type(a).__name__, repr(a)))
+            key.append((type(a), a) if isinstance(a, (int, float, bool)) else repr(a))
     return tuple(key)
 
 
@@ -122,7 +127,7 @@ def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]
         warnings.simplefilter("ignore")
         try:
             program = torch.export.export(wrapper, tuple(args[i] for i in user), strict=False)
-            program = program.run_decompositions()  # core ATen, functional: mutations become outputs
+            program = program.run_decompositions(decompositions())  # core ATen, functional: mutations -> outputs
         except Exception as err:  # noqa: BLE001 - any export failure means: run eagerly
             raise Refused(f"torch.export failed: {one_line(err)}") from None
     kinds = {s.kind.name for s in program.graph_signature.output_specs} - {"USER_OUTPUT"}
@@ -133,7 +138,7 @@ def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]
                      and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())})
     if random:
         raise Refused(f"the graph draws random numbers ({', '.join(random)})")
-    drop_empty_cat_inputs(program.graph_module)
+    fix_graph(program.graph_module)
     digest = hashlib.sha256(program.graph_module.code.encode())
     digest.update(repr([(tuple(args[i].shape), str(args[i].dtype)) for i in user]).encode())
     for i in sorted(static):
@@ -157,24 +162,6 @@ def check_no_aliasing(gm: torch.fx.GraphModule) -> None:
     for k, out in enumerate(torch.fx.node.map_arg(gm.graph.output_node().args[0], lambda n: n) or ()):
         if storage(out) in inputs:
             raise Refused(f"output {k} is a view of an input (kept eager to keep the aliasing)")
-
-
-def drop_empty_cat_inputs(gm: torch.fx.GraphModule) -> None:
-    """torch.cat skips 1-d empty tensors (an empty KV cache); TVM's concat rejects them, so drop them."""
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
-            continue
-        parts = list(node.args[0])
-        keep = [p for p in parts if not _is_empty_1d(p)]
-        if keep and len(keep) < len(parts) and any(len(p.meta["val"].shape) > 1 for p in keep):
-            node.args = (keep, *node.args[1:])
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-
-
-def _is_empty_1d(node: Any) -> bool:
-    val = getattr(node, "meta", {}).get("val")
-    return isinstance(val, torch.Tensor) and tuple(val.shape) == (0,)
 
 
 def _content_hash(t: torch.Tensor) -> bytes:
