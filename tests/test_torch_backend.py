@@ -96,6 +96,27 @@ def test_weights_changed_in_place_are_not_stale():
     assert tb.STATS.fallbacks == 0 and tb.STATS.builds >= 2
 
 
+class FastPathAndCumsum(nn.Module):
+    """nn.TransformerEncoderLayer's fused eval kernel and a cumsum of a bool mask: both need ATen fixes for TVM."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        positions = torch.cumsum(x[..., 0] > 0, dim=1)  # int64 in PyTorch
+        return self.layer(x), positions
+
+
+def test_fast_path_encoder_layer_and_bool_cumsum_run_on_tvm():
+    model = FastPathAndCumsum().eval()
+    fn = _compiled(model)
+    x = torch.randn(1, 6, 16)
+    with torch.no_grad():
+        _same(fn(x), model(x))
+    assert (tb.STATS.builds, tb.STATS.fallbacks) == (1, 0)
+
+
 class Unsupported(nn.Module):
     def __init__(self):
         super().__init__()
@@ -177,6 +198,15 @@ def test_extract_through_compile_merges_graphs_with_weights():
     mm = make_task("matmul", {"M": 4, "N": 16, "K": 16})
     assert [(t.key, w) for t, w in collected.tasks] == [(mm.key, 2)]  # a and b, in two graphs
     assert math.isclose(sum(t.flops * w for t, w in collected.tasks), 2 * 2 * 4 * 16 * 16)
+
+
+def test_tune_model_through_compile(tmp_path):
+    from autotune.model import tune_model
+
+    fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-3)}
+    result = tune_model("tests/compile_models.py:print_item", trials=8, log=tmp_path / "m.jsonl", tuner="random",
+                        round_trials=8, progress=lambda m: None, via="compile", **fake)
+    assert [(s.task.op, s.weight, s.trials) for s in result.states] == [("matmul", 2, 8)]
 
 
 def test_extract_auto_falls_back_to_compile(capsys):
