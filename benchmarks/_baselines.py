@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
+
+from autotune.timing import time_calls
 
 
 def median_time(fn, repeat: int = 7, min_s: float = 0.2) -> float:
     """Median seconds per call of fn(), each sample long enough (>= min_s) to be timed well."""
-    fn()
-    n = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t0 >= min_s:
-            break
-        n *= 2
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t0) / n)
+    samples = time_calls(fn, repeat, min_s)
     return sorted(samples)[len(samples) // 2]
 
 

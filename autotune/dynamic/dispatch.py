@@ -9,7 +9,6 @@ copy them out. Not thread-safe (the scratch buffers are shared).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ import numpy as np
 from ..errors import AutotuneError
 from ..records import Record
 from ..task import Task
+from ..timing import time_calls
 from .compose import Plan, Planner
 from .spec import DynamicSpec
 from .ukernels import CALL_OVERHEAD_S, op_cost, pad_cost_fn
@@ -137,22 +137,7 @@ class DynamicKernel:
         """Seconds per call of `run` on prepared arrays (Python dispatch included), one per repeat."""
         arrays = [as_aligned(a, self.spec.dtype) for a in inputs]
         out = aligned_empty(self.output_shape(arrays[0].shape[0]), self.spec.dtype)
-        self.run(*arrays, out)
-        n = 1
-        while True:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                self.run(*arrays, out)
-            if time.perf_counter() - t0 >= min_s:
-                break
-            n *= 2
-        samples = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                self.run(*arrays, out)
-            samples.append((time.perf_counter() - t0) / n)
-        return samples
+        return time_calls(lambda: self.run(*arrays, out), repeat, min_s)
 
     def describe(self, sizes: Sequence[int] = ()) -> str:
         """The uKernels, then the plan and predicted time of each size in `sizes`."""
