@@ -281,7 +281,7 @@ def main() -> None:
                  (f"Models of benchmarks/models.py (batch 1); autotune with the tuned logs of "
                   f"`benchmarks/bench_model.py` ({args.logs}); median wall time per call after two warm-up calls, "
                   "same process, eager / autotune / inductor in turn."), "",
-                 ("| model | eager ms | autotune ms | inductor ms | autotune vs eager | autotune vs inductor "
+                 ("| model | eager ms | autotune ms | inductor ms | autotune speed-up vs eager | vs inductor "
                  "| tasks tuned | graphs on TVM | compile s (autotune / inductor) "
                   "| max abs err (autotune / inductor) |"),
                  "|---|---|---|---|---|---|---|---|---|---|", *speed, ""]

@@ -133,7 +133,7 @@ def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]
     kinds = {s.kind.name for s in program.graph_signature.output_specs} - {"USER_OUTPUT"}
     if kinds:
         raise Refused(f"the graph mutates its inputs or buffers ({', '.join(sorted(kinds))})")
-    check_no_aliasing(gm)
+    check_outputs_static(gm)
     random = sorted({str(n.target) for n in program.graph.nodes if n.op == "call_function"
                      and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())})
     if random:
@@ -150,17 +150,20 @@ def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]
     return Exported(program, user, digest.hexdigest())
 
 
-def check_no_aliasing(gm: torch.fx.GraphModule) -> None:
-    """Refuse a graph that returns a view of an input: TVM returns copies, eager returns the view."""
+def check_outputs_static(gm: torch.fx.GraphModule) -> None:
+    """Refuse outputs a build cannot reproduce: non-tensors, and views of inputs (TVM returns copies)."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    def storage(node: Any) -> Any:
-        val = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+    def storage(val: Any) -> Any:
         return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
 
-    inputs = {storage(n) for n in placeholders(gm)} - {None}
-    for k, out in enumerate(torch.fx.node.map_arg(gm.graph.output_node().args[0], lambda n: n) or ()):
-        if storage(out) in inputs:
+    inputs = {storage(n.meta.get("example_value")) for n in placeholders(gm)} - {None}
+    outs = gm.graph.output_node().args[0]
+    for k, out in enumerate(outs if isinstance(outs, (list, tuple)) else [outs]):
+        val = out.meta.get("example_value") if isinstance(out, torch.fx.Node) else out
+        if not isinstance(val, torch.Tensor):
+            raise Refused(f"output {k} is a {type(val).__name__}, not a tensor")
+        if storage(val) in inputs:
             raise Refused(f"output {k} is a view of an input (kept eager to keep the aliasing)")
 
 
