@@ -233,6 +233,7 @@ def main() -> None:
     ap.add_argument("--no-coverage", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
     args = ap.parse_args()
+    os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # cold compiles for Inductor too (autotune keeps none)
     reexec_clean(args.threads)
     if args.one:
         run_one(args.one)
@@ -274,7 +275,7 @@ def main() -> None:
                   "to autotune that ran on a TVM build (the rest ran eagerly, with one warning each, by design: "
                   "a fallback keeps the outputs equal to eager, so \"= eager\" alone does not measure coverage). "
                   "\"kernels\": autotune template kernels (conv2d/matmul/...) in those builds. Times: first call "
-                  "(compile + run) in seconds."), "",
+                  "(compile + run) in seconds, Inductor's caches disabled."), "",
                  *coverage_totals(results), "", *coverage_rows(results), ""]
     if speed:
         body += ["### Speed", "",
