@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -142,6 +143,34 @@ def measure_module(name: str, timeout: float) -> dict:
     return steps
 
 
+def run_coverage(names: list[str], timeout: float, jobs: int, done_file: Path) -> dict[str, dict]:
+    """measure_module for every name, `jobs` at a time; each result is appended to `done_file` as it
+    arrives and a module already there is not run again (delete the file for a fresh run)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    done: dict[str, dict] = {}
+    if done_file.exists():
+        for line in done_file.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash: that module runs again
+            done[rec.pop("module")] = rec
+    todo = [n for n in names if n not in done]
+    done_file.parent.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max(1, jobs)) as pool, done_file.open("a") as fh:
+        futures = {pool.submit(measure_module, name, timeout): name for name in todo}
+        for k, fut in enumerate(as_completed(futures)):
+            name, r = futures[fut], fut.result()
+            done[name] = r
+            fh.write(json.dumps({"module": name, **r}) + "\n")
+            fh.flush()
+            print(f"[{k + 1}/{len(todo)}] {name}: " + ", ".join(
+                f"{s}={'ok' if r.get(s, {}).get('ok') else 'no'}" for s in ("eager", "export", "autotune", "inductor"))
+                + f" ({r['wall_s']} s)", file=sys.stderr, flush=True)
+    return {n: done[n] for n in names}
+
+
 def coverage_rows(results: dict[str, dict]) -> list[str]:
     def mark(step: dict) -> str:
         return "yes" if step.get("ok") else "**no**"
@@ -231,6 +260,9 @@ def main() -> None:
     ap.add_argument("--speed-models", nargs="*", default=["resnet18", "transformer_layer", "mobilenet_blocks"])
     ap.add_argument("--logs", default="benchmarks/work/models", help="folder of <model>.jsonl (bench_model.py)")
     ap.add_argument("--no-coverage", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="modules checked at once (coverage checks outputs, not speed; its compile seconds grow)")
+    ap.add_argument("--work", default="benchmarks/work/compile", help="coverage.jsonl: results kept per module")
     ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
     args = ap.parse_args()
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # cold compiles for Inductor too (autotune keeps none)
@@ -250,12 +282,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     t0 = time.time()
     if not args.no_coverage:
-        for k, name in enumerate(names):
-            results[name] = measure_module(name, args.timeout)
-            r = results[name]
-            print(f"[{k + 1}/{len(names)}] {name}: " + ", ".join(
-                f"{s}={'ok' if r.get(s, {}).get('ok') else 'no'}" for s in ("eager", "export", "autotune", "inductor"))
-                + f" ({r['wall_s']} s)", file=sys.stderr)
+        results = run_coverage(names, args.timeout, args.jobs, Path(args.work) / "coverage.jsonl")
     coverage_s = time.time() - t0
     speed = bench_speed(args.speed_models, args.logs, args.threads) if args.speed_models else []
     cpu = host_llvm_target(args.threads)["mcpu"]
@@ -265,8 +292,10 @@ def main() -> None:
             (f"CPU {cpu}, {args.threads} threads (TVM_NUM_THREADS, OMP, torch.set_num_threads); "
              f"torch {torch.__version__}, TVM {tvm.__version__}, transformers {transformers.__version__}; "
              "everything under `torch.no_grad()`, "
-             "modules in eval mode. Command: `python benchmarks/bench_compile.py` "
-             f"(coverage took {coverage_s / 60:.0f} min)."), ""]
+             "modules in eval mode. Command: `python benchmarks/bench_compile.py"
+             + (f" --jobs {args.jobs}" if args.jobs > 1 else "") + "` "
+             f"(this invocation's coverage part took {coverage_s / 60:.0f} min; modules found in "
+             f"{args.work}/coverage.jsonl are not run again)."), ""]
     if results:
         body += ["### Coverage", "",
                  (f"Each module in its own process ({args.timeout:.0f} s limit), called twice per backend with the "
