@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 
 import numpy as np
 
@@ -54,6 +55,11 @@ def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0):
 
     mod = tvm.IRModule({"main": search_spaces.prim_func(task)})
     target = to_tvm_target(task.target)
+    records = os.path.join(work_dir, "database_tuning_record.json")
+    if os.path.exists(records) and sum(1 for _ in open(records)) >= trials:  # tuned before: reuse its database
+        db = ms.database.JSONDatabase(os.path.join(work_dir, "database_workload.json"), records)
+        sch = ms.tir_integration.compile_tir(db, mod, target)
+        return None if sch is None else tvm.compile(sch.mod, target=target)
     db = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials, num_trials_per_iter=32,
                      builder=ms.builder.LocalBuilder(f_build=_fast_build, max_workers=host_cores(), timeout_sec=120),
                      runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
