@@ -52,8 +52,14 @@ def vectorize_loop(sch, loop) -> None:
 
 
 def vectorize_inner(sch, block, width: int) -> None:
-    """Vectorise the innermost loop of `block`, split to `width` lanes when it is longer."""
+    """Vectorise the innermost loop of `block`, split to `width` lanes when it is longer.
+
+    Nothing happens when that loop is not the block's own (all of the block's loops had extent 1 and
+    the innermost one around it also holds other blocks).
+    """
     loop = sch.get_loops(block)[-1]
+    if len(sch.get_child_blocks(loop)) != 1:
+        return
     extent = int(sch.get(loop).extent)
     if extent > width and extent % width == 0:
         loop = sch.split(loop, factors=[None, width])[1]
