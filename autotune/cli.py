@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -75,19 +77,36 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+INTERRUPTED_MESSAGE = "autotune: interrupted; every finished measurement is in the log; re-run the same command to resume"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)
+    interrupted = []
+
+    def on_sigint(signum, frame):  # remember Ctrl-C even if a library swallows the KeyboardInterrupt
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         handler = getattr(args, "handler", None) or COMMANDS[args.command]
-        return handler(args)
+        code = handler(args)
     except AutotuneError as err:
         print(f"autotune: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("autotune: interrupted; every finished measurement is in the log; re-run the same command to resume",
-              file=sys.stderr)
+        print(INTERRUPTED_MESSAGE, file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        print(INTERRUPTED_MESSAGE, file=sys.stderr)
+        return 130
+    return code
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
