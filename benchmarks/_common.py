@@ -33,6 +33,13 @@ def blas_info() -> str:
     return "; ".join(rows) or "no BLAS found"
 
 
+def report(name: str, body: str, write: bool = True) -> None:
+    """Print a benchmark's section and, unless `write` is False, store it in benchmarks/RESULTS.md."""
+    if write:
+        write_section(name, body)
+    print(body)
+
+
 def write_section(name: str, body: str) -> None:
     """Replace (or append) the section `name` of benchmarks/RESULTS.md."""
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from _common import reexec_clean, write_section
+from _common import reexec_clean, report
 
 RTOL, ATOL = 1e-3, 1e-4  # per output tensor: torch.allclose(out, eager, rtol=RTOL, atol=ATOL)
 
@@ -316,11 +316,7 @@ def main() -> None:
                   "| max abs err (autotune / inductor) |"),
                  "|---|---|---|---|---|---|---|---|---|---|", *speed, ""]
     text = "\n".join(body)
-    if args.no_write:
-        print(text)
-    else:
-        write_section("bench_compile", text)
-        print(text)
+    report("bench_compile", text, write=not args.no_write)
 
 
 if __name__ == "__main__":

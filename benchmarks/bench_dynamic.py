@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _baselines import median_time, torch_fn
-from _common import reexec_clean, write_section
+from _common import reexec_clean, report
 
 MS = [1, 2, 3, 5, 8, 13, 17, 31, 48, 64, 97, 128, 157, 211, 256, 384, 509, 640, 768, 1000, 1024, 1279, 1543, 2048]
 MS_QUICK = [1, 17, 100, 509]
@@ -248,11 +248,7 @@ def main() -> None:
          f"least of 3 interleaved medians of 5 samples, same process. Tuning times are wall seconds "
          f"of the tuning calls (builds + measurements + search)."),
         "", body])
-    if partial:
-        print(text)
-    else:
-        write_section("bench_dynamic", text)
-        print(text)
+    report("bench_dynamic", text, write=not partial)
 
 
 if __name__ == "__main__":

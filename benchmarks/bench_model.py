@@ -21,7 +21,7 @@ import warnings
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from _common import reexec_clean, write_section
+from _common import reexec_clean, report
 
 
 def median_ms(fn, warmup: int = 2, min_runs: int = 5, min_seconds: float = 1.0) -> float:
@@ -114,11 +114,7 @@ def main() -> None:
         "| tuning min |"),
         "|---|---|---|---|---|---|---|---|---|",
         *rows, "", "### Extracted tasks", "", *details])
-    if args.no_write:
-        print(body)
-    else:
-        write_section("bench_model", body)
-        print(body)
+    report("bench_model", body, write=not args.no_write)
 
 
 if __name__ == "__main__":
