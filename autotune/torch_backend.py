@@ -143,19 +143,6 @@ def check_outputs(got: Sequence[Any], ref: Any) -> None:
             raise Refused(f"output {k} ({r.dtype}) differs from eager")
 
 
-def dispatch_library_ops(mod: Any, target: Any) -> Any:
-    """Lower sort, scan (cumsum) and sampling ops, which LegalizeOps leaves to the backend's dispatch passes."""
-    import tvm
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
-
-    from .model.extract import resolve_target
-    from .target import to_tvm_target
-
-    tvm_target = to_tvm_target(resolve_target(target))
-    with tvm_target:
-        return tvm.transform.Sequential(cpu.library_dispatch_passes(tvm_target))(mod)
-
-
 class GraphRunner:
     """What Dynamo calls for one graph: a build per call signature, eager where that is impossible."""
 
@@ -221,7 +208,6 @@ class GraphRunner:
         try:
             captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
                                       decomposed=True)
-            captured.mod = dispatch_library_ops(captured.mod, self.settings.target)
             return build_model(captured, target=self.settings.target, records=self.settings.records())
         except AutotuneError as err:
             raise Refused(str(err)) from None

@@ -207,8 +207,11 @@ def lower_model(mod: Any, target: dict, kernels: dict[str, Any], tvm_target: Any
     """Rewrite, legalize, fuse and schedule: a module ready for the VM's lowering passes."""
     import tvm
     from tvm import relax, tirx
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     mod = _replace_calls(mod, target, kernels)
+    with tvm_target:  # sort, scan (cumsum), sampling: LegalizeOps leaves them to the backend's dispatch passes
+        mod = tvm.transform.Sequential(cpu.library_dispatch_passes(tvm_target))(mod)
     mod = tvm.transform.Sequential([
         relax.transform.FastMathTransform(),  # softmax/exp/erf/tanh as vectorisable polynomials, not libm calls
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
