@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -69,8 +70,8 @@ def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0):
     return None if sch is None else tvm.compile(sch.mod, target=target)
 
 
-def time_executable(ex, task, arrays) -> float:
-    """Median seconds per call of a compiled TVM kernel (threads: TVM_NUM_THREADS of this process)."""
+def executable_fn(ex, task, arrays):
+    """A zero-argument callable running a compiled TVM kernel on `arrays`; its output is checked first."""
     import tvm
 
     dev = tvm.cpu(0)
@@ -78,6 +79,15 @@ def time_executable(ex, task, arrays) -> float:
     out = tvm.runtime.empty(task.opdef.output_shape(task.shape), task.dtype, dev)
     ex(*args, out)
     ref = task.opdef.reference(task.shape, arrays)
-    assert np.abs(out.numpy() - ref).max() < 1e-2 * max(1.0, float(np.abs(ref).max())), "baseline kernel is wrong"
-    res = ex.mod.time_evaluator("main", dev, number=1, repeat=7, min_repeat_ms=200)(*args, out)
-    return float(sorted(res.results)[3])
+    assert np.abs(out.numpy() - ref).max() < 1e-2 * max(1.0, float(np.abs(ref).max())), "kernel output is wrong"
+    return lambda: ex(*args, out)
+
+
+def best_of(fns, rounds: int = 3) -> list[float]:
+    """Per function, the least of `rounds` medians (5 samples of >= 50 ms), the functions interleaved round by
+    round: on a shared machine the least is the one least disturbed, and no contender gets a quieter moment."""
+    best = [math.inf] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], median_time(fn, repeat=5, min_s=0.05))
+    return best

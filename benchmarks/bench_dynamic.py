@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _baselines import median_time, torch_fn
+from _baselines import best_of, median_time, torch_fn
 from _common import reexec_clean, report
 
 MS = [1, 2, 3, 5, 8, 13, 17, 31, 48, 64, 97, 128, 157, 211, 256, 384, 509, 640, 768, 1000, 1024, 1279, 1543, 2048]
@@ -160,16 +160,6 @@ def compare(args, ms, times: Times) -> str:
         f"- Python dispatch of the dynamic kernel (plan lookup, views, pad copies): {overhead}.",
     ]
     return "\n".join(summary + [""] + sections)
-
-
-def best_of(fns, rounds: int = 3) -> list[float]:
-    """Per function, the least of `rounds` medians (5 samples of >= 50 ms), the functions interleaved round by
-    round: on a shared machine the least is the one least disturbed."""
-    best = [math.inf] * len(fns)
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            best[i] = min(best[i], median_time(fn, repeat=5, min_s=0.05))
-    return best
 
 
 def dispatch_overhead(kernel) -> str:

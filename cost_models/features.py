@@ -1,5 +1,8 @@
 """Feature vectors of candidate configs: pooled loop-nest features of the scheduled TIR, or knob values.
 
+A `loop` row is PerStoreFeature's per-store rows pooled (`pool_store_rows`) followed by the per-loop-level
+features of the dominant block (`loop_levels`: extents, kinds, footprints and strides, innermost first).
+
 `loop` features mean the same thing for every operator and workload (one model trains on the
 records of many tasks); `knob` features are cheap but only comparable within one template.
 A config whose template `apply` raises gets a row of NaN (`valid_rows` tells them apart).
@@ -16,6 +19,8 @@ from autotune.space import Config, ConfigSpace
 from autotune.target import host_cores
 from autotune.task import Task
 
+from .loop_levels import LEVEL_DIM, level_features
+
 if TYPE_CHECKING:
     from search_spaces.base import Template
 
@@ -23,7 +28,8 @@ if TYPE_CHECKING:
 
 KINDS = ("loop", "knob")
 N_STORE_FEATURES = 164  # PerStoreFeature with its defaults (buffers_per_store=5, 10 curve samples)
-LOOP_DIM = 3 * N_STORE_FEATURES + 1
+POOLED_DIM = 3 * N_STORE_FEATURES + 1
+LOOP_DIM = POOLED_DIM + LEVEL_DIM
 _FLOAT_OPS = slice(0, 7)  # float_mad .. float_other_func
 _OUTER_PROD = 161  # product of the loop extents around the store
 EXTRACT_THREADS = min(2, host_cores())  # C++ extraction threads (1.5x on 2 cores; template apply holds the GIL)
@@ -63,7 +69,7 @@ def pool_store_rows(rows: np.ndarray, task_flops: float = 1.0) -> np.ndarray:
     reg objective on the search benchmark's records).
     """
     if rows.shape[0] == 0:
-        return np.zeros(LOOP_DIM, dtype=np.float32)
+        return np.zeros(POOLED_DIM, dtype=np.float32)
     linear = np.exp2(rows.astype(np.float64)) - 1.0
     flops = linear[:, _FLOAT_OPS].sum(axis=1)
     dominant = max(range(rows.shape[0]), key=lambda r: (flops[r], rows[r, _OUTER_PROD]))
@@ -103,7 +109,7 @@ class _LoopFeaturizer:
 
     def rows(self, task: Task, template: Template, configs: Sequence[Config]) -> list[np.ndarray]:
         """Pooled loop features of each config (NaN row when the template rejects it)."""
-        cands, where = [], []
+        cands, where, levels = [], [], []
         out = [np.full(LOOP_DIM, np.nan, dtype=np.float32) for _ in configs]
         for pos, cfg in enumerate(configs):
             try:
@@ -112,6 +118,7 @@ class _LoopFeaturizer:
                 continue
             cands.append(self._ms.MeasureCandidate(sch, []))
             where.append(pos)
+            levels.append(level_features(sch.mod["main"]))
         if not cands:
             return out
         ctx = self.context(task)
@@ -124,9 +131,9 @@ class _LoopFeaturizer:
                     feats.append(self._extractor.extract_from(ctx, [c])[0])
                 except Exception:  # noqa: BLE001
                     feats.append(None)
-        for pos, f in zip(where, feats):
+        for pos, f, lv in zip(where, feats, levels):
             if f is not None:
-                out[pos] = pool_store_rows(f.numpy(), task.flops)
+                out[pos] = np.concatenate([pool_store_rows(f.numpy(), task.flops), lv])
         return out
 
 

@@ -10,7 +10,16 @@ from autotune.records import Record
 from autotune.task import make_task
 from autotune.tuners.xgb import XGBTuner, anneal, diverse_top
 from cost_models import train_from_records
-from tests.toy_template import TOY_CONV2D, TOY_CONV2D_REF, TOY_MATMUL, TOY_MATMUL_REF, toy_matmul_cost
+from autotune.tuners.xgb import COLD_BATCH
+from tests.toy_template import (
+    TOY_CONV2D,
+    TOY_CONV2D_REF,
+    TOY_MATMUL,
+    TOY_MATMUL_REF,
+    TOY_MATMUL_TWINS,
+    TOY_MATMUL_TWINS_REF,
+    toy_matmul_cost,
+)
 
 MM = make_task("matmul", {"M": 256, "N": 256, "K": 256})
 OTHER_MM = make_task("matmul", {"M": 128, "N": 512, "K": 256})
@@ -94,6 +103,15 @@ def test_batch_has_no_near_duplicates():
     _tune(tuner, MM, MM_SPACE, 32)
     digits = [np.array(MM_SPACE.digits(i)) for i in tuner.next_batch(16)]
     assert min(int((a != b).sum()) for k, a in enumerate(digits) for b in digits[k + 1:]) >= 2
+
+
+def test_model_never_proposes_the_twin_of_a_proposed_config():
+    """Configs that schedule the same TIR (same loop-feature row) are measured once."""
+    space = TOY_MATMUL_TWINS.define_space(MM)
+    tuner = XGBTuner(MM, space, TOY_MATMUL_TWINS_REF, seed=5, features="loop", explore=0.0, sa_chains=8, sa_steps=8)
+    seen = _tune(tuner, MM, space, 40, batch=8)
+    twin = {i: space.index_of([*space.digits(i)[:-1], 1 - space.digits(i)[-1]]) for i in seen}
+    assert not [i for k, i in enumerate(seen) if k >= COLD_BATCH and twin[i] in seen[:k]]
 
 
 @pytest.mark.parametrize("features,seeds", [("knob", range(6)), ("loop", range(3))])

@@ -68,11 +68,18 @@ def _conv2d_apply(task: Task, cfg: Config) -> s_tir.Schedule:
     return sch
 
 
+def _matmul_twins_space(task: Task) -> ConfigSpace:
+    """The toy matmul space plus a knob the schedule ignores: every config has a twin with the same TIR."""
+    return ConfigSpace((*_matmul_space(task).knobs, choice_knob("noop", (0, 1))))
+
+
 TOY_MATMUL = Template("tests.toy_matmul", "matmul", "llvm", _matmul_space, _matmul_apply)
+TOY_MATMUL_TWINS = Template("tests.toy_matmul_twins", "matmul", "llvm", _matmul_twins_space, _matmul_apply)
 TOY_CONV2D = Template("tests.toy_conv2d", "conv2d", "llvm", _conv2d_space, _conv2d_apply)
 
 TOY_MATMUL_REF = "tests.toy_template:TOY_MATMUL"
 TOY_CONV2D_REF = "tests.toy_template:TOY_CONV2D"
+TOY_MATMUL_TWINS_REF = "tests.toy_template:TOY_MATMUL_TWINS"
 
 
 def toy_matmul_cost(task: Task, cfg: Config) -> float | None:

@@ -104,6 +104,7 @@ class XGBTuner:
 
             self._feature_pool = shared_pool(feature_workers)
         self._proposed: set[int] = set()
+        self._proposed_rows: set[bytes] = set()  # loop-feature rows of proposed configs (same TIR = same row)
         self._invalid: set[int] = set()  # the template rejects them: never proposed
         self._own: dict[int, float] = {}  # index -> best throughput measured (0 for errors)
         self._plan: list[int] = []
@@ -179,6 +180,8 @@ class XGBTuner:
         X = self._features(indices)
         ok = np.isfinite(X).all(axis=1)
         self._invalid.update(i for i, good in zip(indices, ok) if not good)
+        if self.features == "loop":  # measured configs (also those of a resumed log) mark their rows as taken
+            self._proposed_rows.update(row.tobytes() for row in X[ok])
         X, y = X[ok], np.array([self._own[i] for i in indices])[ok]
         own_informative = len(np.unique(y)) >= 2
         if not own_informative and self._transfer is None:
@@ -214,6 +217,8 @@ class XGBTuner:
             self._plan = self._make_plan(max(n, self.batch_size or 0) if self.model is not None else n)
         batch, self._plan = self._plan[:n], self._plan[n:]
         self._proposed.update(batch)
+        if self.features == "loop" and batch:
+            self._proposed_rows.update(row.tobytes() for row in self._features(batch))
         return batch
 
     def _make_plan(self, n: int) -> list[int]:
@@ -223,10 +228,27 @@ class XGBTuner:
         n_model = n - n_random
         starts = self._starts()
         visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
-        fresh = {i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid}
+        fresh = self._distinct({i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid})
         self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[: POOL_SIZE]
         picked = diverse_top(fresh, n_model, self.space, self.min_distance)
         return picked + self._random(n - len(picked), set(picked))
+
+    def _distinct(self, scored: dict[int, float]) -> dict[int, float]:
+        """With loop features, one config per distinct row, none with the row of a proposed config.
+
+        Knob values that leave the scheduled TIR unchanged (e.g. an unroll limit above every loop's extent)
+        give the same row: measuring the twin of a measured config teaches nothing and costs a trial.
+        """
+        if self.features != "loop" or not scored:
+            return scored
+        order = sorted(scored, key=lambda i: (-scored[i], i))
+        seen, out = set(self._proposed_rows), {}
+        for i, row in zip(order, self._features(order)):
+            key = row.tobytes()
+            if key not in seen:
+                seen.add(key)
+                out[i] = scored[i]
+        return out
 
     def _starts(self) -> list[int]:
         """The best measured configs for up to half the chains; the others start from the best-scored of

@@ -1,0 +1,189 @@
+"""Per-loop-level features of a scheduled PrimFunc: the loop order, which PerStoreFeature pools away.
+
+For the block doing most of the work (the leaf block with the most loop iterations around it), each
+of its innermost `LEVELS` loops (extent > 1, innermost first) gives: log2 extent; its kind (serial,
+parallel, vectorised, unrolled, thread-bound); for the written buffer and the two read buffers with the
+largest footprints, log2 of the bytes that the loops from this one inward touch (the footprint), and
+log2(1 + |stride|) of the access along this loop (elements; 0 means the loop reuses the data); and
+log2 of all buffers' footprints together (the working set of this loop level).
+
+The working-set curve tells apart schedules that PerStoreFeature gives identical rows, e.g. a conv2d
+whose reduction over input channels runs outside the mid tile (its weight slice stays in L1) or inside
+it (the whole weight block streams through for every register tile): same stores, same totals,
+5x apart in speed.
+
+Index expressions are evaluated in Python (sums, products, floordiv/floormod of loop variables);
+the footprint of a buffer dimension is the box sum_v |d index / d v| * (extent_v - 1) + 1, capped at the
+dimension's size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+LEVELS = 10
+N_KINDS = 5  # tirx.ForKind: serial, parallel, vectorized, unrolled, thread binding
+N_BUFFERS = 3  # written buffer + the two largest reads
+PER_LEVEL = 1 + N_KINDS + 2 * N_BUFFERS + 1
+LEVEL_DIM = LEVELS * PER_LEVEL + 1
+
+
+def level_features(func) -> np.ndarray:
+    """[LEVEL_DIM] float32 features of a scheduled PrimFunc (zeros when it has no loop nest)."""
+    out = np.zeros(LEVEL_DIM, dtype=np.float32)
+    block = _dominant_block(func)
+    if block is None:
+        return out
+    loops, realize = block
+    loops = [f for f in loops if _const(f.extent) > 1]
+    env = {b.var: v for b, v in zip(realize.block.iter_vars, realize.iter_values)}
+    loop_vars = [f.loop_var for f in loops]
+    accesses = _accesses(realize.block, env, loop_vars)
+    if not accesses:
+        return out
+    inner = loops[::-1][:LEVELS]  # innermost first
+    out[-1] = len(loops)
+    for lvl, loop in enumerate(inner):
+        base = lvl * PER_LEVEL
+        out[base] = math.log2(_const(loop.extent))
+        out[base + 1 + min(int(loop.kind), N_KINDS - 1)] = 1.0
+        inside = inner[: lvl + 1]
+        total = 0.0
+        for b, acc in enumerate(accesses):
+            fp = acc.footprint(inside)
+            total += fp
+            if b < N_BUFFERS:
+                out[base + 1 + N_KINDS + 2 * b] = math.log2(1.0 + fp)
+                out[base + 2 + N_KINDS + 2 * b] = math.log2(1.0 + abs(acc.stride(loop)))
+        out[base + PER_LEVEL - 1] = math.log2(1.0 + total)
+    return out
+
+
+class _Access:
+    """One buffer region of the block, as integer functions of the loop variables."""
+
+    def __init__(self, buffer, region, env, loop_vars, write: bool):
+        self.write = write
+        self.shape = [_const(s) for s in buffer.shape]
+        import tvm
+
+        dtype = tvm.DataType(str(buffer.dtype))
+        self.elem_bytes = max(1, dtype.bits * dtype.lanes // 8)
+        self.extents = [_const(r.extent) for r in region]
+        mins = [r.min for r in region]
+        zero = {v: 0 for v in loop_vars}
+        at0 = [_eval(m, env, zero) for m in mins]
+        # d index_d / d loop var, as the change from var = 0 to var = 1 with the other loops at 0
+        self.delta = {v: [_eval(m, env, {**zero, v: 1}) - a for m, a in zip(mins, at0)] for v in loop_vars}
+        row = 1
+        self.row_stride = []
+        for s in reversed(self.shape):
+            self.row_stride.insert(0, row)
+            row *= s
+
+    def footprint(self, loops) -> float:
+        """Bytes touched while the given loops run over their extents (the others fixed)."""
+        total = float(self.elem_bytes)
+        for d, size in enumerate(self.shape):
+            span = self.extents[d] + sum(abs(self.delta[f.loop_var][d]) * (_const(f.extent) - 1) for f in loops)
+            total *= min(size, span)
+        return total
+
+    def stride(self, loop) -> int:
+        """Elements between the accesses of two consecutive iterations of `loop`."""
+        return sum(d * s for d, s in zip(self.delta[loop.loop_var], self.row_stride))
+
+    def size(self) -> float:
+        return float(np.prod(self.shape)) * self.elem_bytes
+
+
+def _accesses(block, env, loop_vars) -> list[_Access]:
+    """Written buffer first, then the reads (not the written one) by decreasing buffer size."""
+    writes = [_Access(_buffer(w), w.region, env, loop_vars, True) for w in block.writes[:1]]
+    written = {_buffer(w).name for w in block.writes}
+    reads = [_Access(_buffer(r), r.region, env, loop_vars, False) for r in block.reads
+             if _buffer(r).name not in written]
+    reads.sort(key=lambda a: -a.size())
+    return writes + reads
+
+
+def _buffer(region):
+    """The buffer of a block's read/write region (TVM 0.27 calls it `source`)."""
+    return region.source if hasattr(region, "source") else region.buffer
+
+
+def _dominant_block(func):
+    """(enclosing For loops outermost first, SBlockRealize) of the leaf block with the most iterations."""
+    best, best_key = None, None
+    for loops, realize in _leaf_blocks(func.body, []):
+        if not realize.block.reads:
+            continue  # an init block
+        iters = 1
+        for f in loops:
+            iters *= max(1, _const(f.extent))
+        key = (iters, len(loops))
+        if best_key is None or key > best_key:
+            best, best_key = (loops, realize), key
+    return best
+
+
+def _leaf_blocks(stmt, loops):
+    """Yield (loops, realize) for every block realize that has no block inside it."""
+    from tvm import s_tir, tirx
+
+    if isinstance(stmt, s_tir.SBlockRealize):
+        children = list(_leaf_blocks(stmt.block.body, loops))
+        if children:
+            yield from children
+        elif stmt.block.name_hint != "root":
+            yield loops, stmt
+    elif isinstance(stmt, tirx.For):
+        yield from _leaf_blocks(stmt.body, [*loops, stmt])
+    elif isinstance(stmt, tirx.SeqStmt):
+        for s in stmt.seq:
+            yield from _leaf_blocks(s, loops)
+    elif isinstance(stmt, tirx.IfThenElse):
+        yield from _leaf_blocks(stmt.then_case, loops)
+        if stmt.else_case is not None:
+            yield from _leaf_blocks(stmt.else_case, loops)
+    elif hasattr(stmt, "body") and stmt.body is not None:  # attributes, allocations, lets
+        yield from _leaf_blocks(stmt.body, loops)
+
+
+def _const(x) -> int:
+    return int(x.value) if hasattr(x, "value") else int(x)
+
+
+def _eval(expr, env, values) -> int:
+    """Integer value of an index expression: block iter vars through `env`, loop vars from `values`."""
+    from tvm.tirx import expr as E
+
+    if isinstance(expr, E.IntImm):
+        return int(expr.value)
+    if isinstance(expr, E.Var):
+        if expr in values:
+            return values[expr]
+        if expr in env:
+            return _eval(env[expr], env, values)
+        return 0  # a variable bound outside the loop nest
+    if isinstance(expr, E.Cast):
+        return _eval(expr.value, env, values)
+    a = _eval(expr.a, env, values) if hasattr(expr, "a") else 0
+    b = _eval(expr.b, env, values) if hasattr(expr, "b") else 0
+    if isinstance(expr, E.Add):
+        return a + b
+    if isinstance(expr, E.Sub):
+        return a - b
+    if isinstance(expr, E.Mul):
+        return a * b
+    if isinstance(expr, (E.FloorDiv, E.Div)):
+        return a // b if b else 0
+    if isinstance(expr, (E.FloorMod, E.Mod)):
+        return a % b if b else 0
+    if isinstance(expr, E.Min):
+        return min(a, b)
+    if isinstance(expr, E.Max):
+        return max(a, b)
+    return 0  # anything else (a select, a call) counts as a fixed index

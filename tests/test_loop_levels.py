@@ -1,0 +1,56 @@
+"""Per-loop-level features: values on a hand-checked schedule, and loop orders PerStoreFeature cannot tell apart."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from autotune.task import make_task
+from cost_models.features import POOLED_DIM, FeatureCache, extract
+from cost_models.loop_levels import LEVEL_DIM, N_KINDS, PER_LEVEL, level_features
+from search_spaces.conv2d import CONV2D_CPU
+from search_spaces.matmul import MATMUL, apply_gemm
+
+
+def _level(vec: np.ndarray, lvl: int) -> np.ndarray:
+    return vec[lvl * PER_LEVEL:(lvl + 1) * PER_LEVEL]
+
+
+def test_matmul_levels_match_hand_computed_footprints_and_strides():
+    task = make_task("matmul", {"M": 64, "N": 64, "K": 64})
+    cfg = {"tile_i": (4, 4, 4), "tile_j": (1, 2, 32), "tile_k": (4, 16), "mid_order": "ij", "pack_b": "none",
+           "auto_unroll": 0}
+    vec = level_features(apply_gemm(MATMUL, task, cfg).mod["main"])
+    assert vec.shape == (LEVEL_DIM,)
+    # Loops of the update block, innermost first (extent-1 loops dropped): j2 32 (vectorised), i2 4 (unrolled),
+    # k1 16, j1 2, i1 4, k0 4, fused i0 x j0 4 (parallel).
+    extents = [2 ** _level(vec, lvl)[0] for lvl in range(7)]
+    assert np.allclose(extents, [32, 4, 16, 2, 4, 4, 4])
+    kinds = [int(np.argmax(_level(vec, lvl)[1:1 + N_KINDS])) for lvl in range(7)]
+    assert kinds == [2, 3, 0, 0, 0, 0, 1]  # vectorized, unrolled, serial..., parallel
+    buf = 1 + N_KINDS  # written accumulator, then reads by size: A and B are both 64x64 floats
+    inner = _level(vec, 0)
+    assert inner[buf] == np.float32(math.log2(1 + 32 * 4))  # 32 accumulator floats
+    assert inner[buf + 1] == np.float32(1.0)  # stride 1 along j
+    k1 = _level(vec, 2)  # loops j2, i2, k1: accumulator 4x32, A 4x16, B 16x32
+    assert k1[buf] == np.float32(math.log2(1 + 4 * 32 * 4))
+    assert k1[buf + 1] == np.float32(0.0)  # k does not move the accumulator: reuse
+    assert sorted([k1[buf + 2], k1[buf + 4]]) == sorted([np.float32(math.log2(1 + 4 * 16 * 4)),
+                                                         np.float32(math.log2(1 + 16 * 32 * 4))])
+    assert _level(vec, 2)[-1] == np.float32(math.log2(1 + (4 * 32 + 4 * 16 + 16 * 32) * 4))  # working set
+    assert vec[-1] == 7
+
+
+def test_reduction_inside_or_outside_the_mid_tile_is_visible():
+    """Two conv2d configs differing only in where the channel loop runs get identical PerStoreFeature rows
+    but differ in the per-level part (the weight slice per register tile is 256x larger)."""
+    task = make_task("conv2d", {"C": 256, "H": 14, "W": 14, "K": 256, "R": 3, "S": 3, "padding": 1})
+    space = CONV2D_CPU.define_space(task)
+    knobs = {"auto_unroll": 16, "pad": "root", "reduction_order": "r_s_c1", "tile_c": (256, 1),
+             "tile_k": (2, 8, 16), "tile_x": (7, 2, 1), "tile_y": (7, 2), "vec_axis": "k"}
+    idx = [space.index_of([k.candidates.index({**knobs, "c0_outer": outer}[k.name]) for k in space.knobs])
+           for outer in (True, False)]
+    X = extract(task, CONV2D_CPU, space, idx, "loop", FeatureCache())
+    assert np.array_equal(X[0, :POOLED_DIM], X[1, :POOLED_DIM])
+    assert not np.array_equal(X[0, POOLED_DIM:], X[1, POOLED_DIM:])
