@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--log", help="log file (default: logs/<task_key>.jsonl); re-running resumes it")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--early-stopping", type=int, help="stop after N trials without improvement")
-    t.add_argument("--batch-size", type=int, default=16, help="configs built and measured per round")
+    t.add_argument("--batch-size", type=int, default=8,
+                   help="configs built and measured per round (the xgb model is refitted after each)")
     t.add_argument("--template", help="template reference module:attr (default: the operator's own)")
     t.add_argument("--threads", type=int, default=0, help="kernel threads (default: every core)")
     t.add_argument("--timeout", type=float, default=10.0, help="seconds per candidate run (load+check+time)")

@@ -44,7 +44,7 @@ def resumable_records(log: Path, task: Task, template_ref: str, template_version
 
 
 def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path | None = None, seed: int = 0,
-         early_stopping: int | None = None, batch_size: int = 16, template: str | None = None,
+         early_stopping: int | None = None, batch_size: int = 8, template: str | None = None,
          tuner_options: dict[str, Any] | None = None, runner_options: RunnerOptions | None = None,
          builder: Builder | None = None, runner: Runner | None = None, build_timeout: float = 60.0,
          progress: Callable[[TuneResult], None] | None = None) -> TuneResult:

@@ -245,6 +245,37 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
     return rows
 
 
+def extraction_speed(labels, n: int = 192) -> list[str]:
+    """Configs per second whose features one process computes (and a pool of 2 worker processes, loop
+    features), from a cold cache, on `n` random configs of each task; the apply of the template included."""
+    import numpy as np
+
+    import search_spaces
+    from autotune import make_task
+    from cost_models.feature_pool import FeaturePool
+    from cost_models.features import FeatureCache, extract, prepare_loop_features
+
+    prepare_loop_features()
+    rows = ["| task | loop features, 1 process (configs/s) | loop features, 2 worker processes (configs/s) "
+            "| knob features (configs/s) | one search round: 16 chains x 17 configs, loop features (s) |",
+            "|---|---|---|---|---|"]
+    with FeaturePool(workers=2) as pool:
+        for label in labels:
+            task = make_task(*TASKS[label])
+            template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
+            space = template.define_space(task)
+            idx = space.sample(np.random.default_rng(0), n)
+            rate = {}
+            for name, kind, p in (("loop", "loop", None), ("pool", "loop", pool), ("knob", "knob", None)):
+                extract(task, template, space, idx[:4], kind, FeatureCache(), p)  # warm-up (imports, contexts)
+                t0 = time.perf_counter()
+                extract(task, template, space, idx, kind, FeatureCache(), p)
+                rate[name] = len(idx) / (time.perf_counter() - t0)
+            rows.append(f"| {label} | {rate['loop']:.0f} | {rate['pool']:.0f} | {rate['knob']:.0f} | "
+                        f"{16 * 17 / rate['loop']:.1f} |")
+    return rows
+
+
 def _spearman(a, b) -> float:
     import numpy as np
 
@@ -315,6 +346,7 @@ def main() -> None:
             f"(`{args.model_logs}`, {len(list(Path(args.model_logs).glob('*.jsonl')))} files), never on the task "
             "itself.", "",
             "### Sample efficiency", "", *efficiency_table(curves, samples, args.trials), "",
+            "### Feature extraction speed", "", *extraction_speed(args.tasks), "",
             "### Cost model quality, leave one task out (loop features)", "",
             *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")))]
     write_section("bench_search", "\n".join(body))  # written now too, in case the long part below is stopped

@@ -118,7 +118,10 @@ class _LoopFeaturizer:
                 continue
             cands.append(self._ms.MeasureCandidate(sch, []))
             where.append(pos)
-            levels.append(level_features(sch.mod["main"]))
+            try:
+                levels.append(level_features(sch.mod["main"]))
+            except Exception:  # noqa: BLE001 - IR this extractor does not know: the per-store part still counts
+                levels.append(np.zeros(LEVEL_DIM, dtype=np.float32))
         if not cands:
             return out
         ctx = self.context(task)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from autotune.task import make_task
 from cost_models.features import POOLED_DIM, FeatureCache, extract
 from cost_models.loop_levels import LEVEL_DIM, N_KINDS, PER_LEVEL, level_features
+from search_spaces import DEFAULT_TEMPLATES, resolve
+from search_spaces.base import PROBE_SHAPES, PROBE_TARGETS
 from search_spaces.conv2d import CONV2D_CPU
 from search_spaces.matmul import MATMUL, apply_gemm
 
@@ -54,3 +57,21 @@ def test_reduction_inside_or_outside_the_mid_tile_is_visible():
     X = extract(task, CONV2D_CPU, space, idx, "loop", FeatureCache())
     assert np.array_equal(X[0, :POOLED_DIM], X[1, :POOLED_DIM])
     assert not np.array_equal(X[0, POOLED_DIM:], X[1, POOLED_DIM:])
+
+
+@pytest.mark.parametrize("op,kind", sorted(DEFAULT_TEMPLATES))
+def test_every_template_gives_level_features(op, kind):
+    """The extractor understands every template's IR (features.py would silently fall back to zeros)."""
+    template = resolve(DEFAULT_TEMPLATES[(op, kind)])
+    task = make_task(op, PROBE_SHAPES[op][0], target=PROBE_TARGETS[kind])
+    space = template.define_space(task)
+    done = 0
+    for index in space.sample(np.random.default_rng(0), 12):
+        try:
+            sch = template.apply(task, space.get(index))
+        except Exception:  # noqa: BLE001, S112 - an illegal config
+            continue
+        vec = level_features(sch.mod["main"])
+        assert vec[-1] >= 2 and np.isfinite(vec).all() and vec[:PER_LEVEL].any()
+        done += 1
+    assert done >= 3

@@ -70,7 +70,7 @@ def ukernel_budget(trials: int) -> int:
 
 def tune_dynamic(spec: DynamicSpec, trials: int = 64, log: str | Path | None = None, tuner: str = "xgb",
                  ukernel_trials: int | None = None, max_kernels: int = 3, heights: list[int] | None = None,
-                 seed: int = 0, batch_size: int = 16, tuner_options: dict[str, Any] | None = None,
+                 seed: int = 0, batch_size: int = 8, tuner_options: dict[str, Any] | None = None,
                  runner_options: RunnerOptions | None = None, builder: Builder | None = None,
                  runner: Runner | None = None, build_timeout: float = 60.0, transfer: list[Record] | None = None,
                  progress: Callable[[int, TuneResult], None] | None = None,
