@@ -63,6 +63,8 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
     result = TuneResult(task, log_path)
     result.records = resumable_records(log_path, task, template_ref, tmpl.version)
     result.resumed = len(result.records)
+    if len(result.records) >= min(trials, len(space)):  # finished before: no tuner (its model can cost seconds)
+        return result
     search = get_tuner_class(tuner)(task, space, template_ref, seed=seed, **(tuner_options or {}))
     if result.records:
         search.update([r.input for r in result.records], [r.result for r in result.records])

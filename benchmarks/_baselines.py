@@ -70,19 +70,6 @@ def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0):
     return None if sch is None else tvm.compile(sch.mod, target=target)
 
 
-def executable_fn(ex, task, arrays):
-    """A zero-argument callable running a compiled TVM kernel on `arrays`; its output is checked first."""
-    import tvm
-
-    dev = tvm.cpu(0)
-    args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    out = tvm.runtime.empty(task.opdef.output_shape(task.shape), task.dtype, dev)
-    ex(*args, out)
-    ref = task.opdef.reference(task.shape, arrays)
-    assert np.abs(out.numpy() - ref).max() < 1e-2 * max(1.0, float(np.abs(ref).max())), "kernel output is wrong"
-    return lambda: ex(*args, out)
-
-
 def best_of(fns, rounds: int = 3) -> list[float]:
     """Per function, the least of `rounds` medians (5 samples of >= 50 ms), the functions interleaved round by
     round: on a shared machine the least is the one least disturbed, and no contender gets a quieter moment."""
@@ -90,4 +77,19 @@ def best_of(fns, rounds: int = 3) -> list[float]:
     for _ in range(rounds):
         for i, fn in enumerate(fns):
             best[i] = min(best[i], median_time(fn, repeat=5, min_s=0.05))
+    return best
+
+
+def isolated_best_of(commands, rounds: int = 3) -> list[float]:
+    """Per command (argv of benchmarks/_time_kernel.py), the least of `rounds` timings, each in a fresh
+    process, the commands interleaved round by round."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_time_kernel.py")
+    best = [math.inf] * len(commands)
+    for _ in range(rounds):
+        for i, argv in enumerate(commands):
+            out = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, check=True)
+            best[i] = min(best[i], float(out.stdout.strip().splitlines()[-1]))
     return best
