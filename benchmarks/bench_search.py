@@ -386,8 +386,8 @@ def main() -> None:
                  f"torch, and MetaSchedule's best after {args.ms_trials} trials (`tune_tir`, same target), all "
                  "on the same inputs, the TVM outputs checked against the reference. Each time is the least of 5 "
                  "rounds, the three timed one after the other in each round, each in a fresh process (median "
-                 "of 5 samples of >= 100 ms): in one process, torch's OpenMP threads slowed the TVM kernels "
-                 "timed after them by up to a fifth.", "",
+                 "of 5 samples of >= 100 ms): timed in the benchmark's own process (after MetaSchedule's tuning "
+                 "and torch had run there), all three were 8-15% slower, ours the most.", "",
                  *kernel_quality(args, work)]
         write_section("bench_search", "\n".join(body))
         print("\n".join(body[-8:]))
