@@ -1,11 +1,10 @@
-"""Baselines measured in the benchmark's own process: torch (oneDNN / MKL) and TVM's MetaSchedule."""
+"""Baselines (torch with oneDNN / MKL, TVM's MetaSchedule) and timing helpers: in the benchmark's own process
+or, with `isolated_best_of`, each measurement in a fresh process (`_time_kernel.py`)."""
 
 from __future__ import annotations
 
 import math
 import os
-
-import numpy as np
 
 from autotune.timing import time_calls
 

@@ -1,11 +1,11 @@
 """Time one kernel in a process of its own; prints seconds per call (median of 5 samples of >= 100 ms).
 
-    python benchmarks/_time_kernel.py tvm LIB.so INPUTS.npz      # a compiled TVM kernel (output checked)
-    python benchmarks/_time_kernel.py torch OP SHAPE INPUTS.npz  # the operator in torch
+    python benchmarks/_time_kernel.py tvm LIB.so OP SHAPE   # a compiled TVM kernel, checked and timed by the
+                                                            # runner the tuner uses (autotune.measure_worker.run)
+    python benchmarks/_time_kernel.py torch OP SHAPE        # the operator in torch, on the same inputs
 
-INPUTS.npz holds the inputs (arr_0, arr_1, ...) and the reference output ("ref"). A fresh process per
-measurement keeps one library's threads (torch's OpenMP pool, TVM's pool) from slowing another's.
-Thread counts come from the environment (TVM_NUM_THREADS, OMP_NUM_THREADS).
+A fresh process per measurement keeps one library's threads (torch's OpenMP pool, TVM's pool) from
+slowing another's. Thread counts come from the environment (TVM_NUM_THREADS, OMP_NUM_THREADS).
 """
 
 from __future__ import annotations
@@ -17,37 +17,26 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _load(path: str):
-    import numpy as np
+def time_tvm(lib_path: str, op: str, shape: str) -> float:
+    from autotune import make_task
+    from autotune.measure_worker import run
 
-    data = np.load(path)
-    inputs = [data[f"arr_{i}"] for i in range(sum(k.startswith("arr_") for k in data.files))]
-    return inputs, data["ref"]
-
-
-def time_tvm(lib_path: str, inputs_path: str) -> float:
-    import numpy as np
-    import tvm
-
-    inputs, ref = _load(inputs_path)
-    lib = tvm.runtime.load_module(lib_path)
-    dev = tvm.cpu(0)
-    args = [tvm.runtime.tensor(a, dev) for a in inputs]
-    out = tvm.runtime.empty(ref.shape, str(ref.dtype), dev)
-    lib["main"](*args, out)
-    if np.abs(out.numpy() - ref).max() > 1e-2 * max(1.0, float(np.abs(ref).max())):
-        raise SystemExit(f"{lib_path}: wrong output")
-    res = lib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=100)(*args, out)
-    return float(sorted(res.results)[2])
+    error, message, costs = run(lib_path, make_task(op, shape), repeat=5, min_repeat_ms=100, cache_flush=False)
+    if error:
+        raise SystemExit(f"{lib_path}: {error}: {message}")
+    return sorted(costs)[len(costs) // 2]
 
 
-def time_torch(op: str, shape: str, inputs_path: str) -> float:
+def time_torch(op: str, shape: str) -> float:
     from _baselines import median_time, torch_fn
 
     from autotune import make_task
+    from autotune.measure_worker import INPUT_SEED
+    from autotune.ops import random_inputs
 
-    inputs, _ = _load(inputs_path)
-    return median_time(torch_fn(make_task(op, shape), inputs), repeat=5, min_s=0.1)
+    task = make_task(op, shape)
+    inputs = random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED)
+    return median_time(torch_fn(task, inputs), repeat=5, min_s=0.1)
 
 
 if __name__ == "__main__":

@@ -305,13 +305,12 @@ def _spearman(a, b) -> float:
 
 def kernel_quality(args, work: Path) -> list[str]:
     """Best xgb kernel after --quality-trials vs torch and MetaSchedule at the same trial budget."""
-    import numpy as np
-
     import tempfile
+
+    import numpy as np
 
     from _baselines import isolated_best_of, metaschedule_kernel
     from autotune import build_best, make_task, tune
-    from autotune.ops import random_inputs
 
     rows = [f"| task | autotune xgb ({args.quality_trials} trials) | torch | MetaSchedule ({args.ms_trials} trials) "
             "| vs torch | vs MetaSchedule |", "|---|---|---|---|---|---|"]
@@ -320,15 +319,13 @@ def kernel_quality(args, work: Path) -> list[str]:
         task = make_task(*TASKS[label])
         log = work / task.key / "quality.jsonl"
         tune(task, trials=args.quality_trials, tuner="xgb", log=log, tuner_options={"transfer": []})
-        arrays = random_inputs(task.opdef, task.shape, "float32", seed=1)
         ms_ex = metaschedule_kernel(task, args.ms_trials, str(work / task.key / f"ms-{args.ms_trials}"))
         with tempfile.TemporaryDirectory() as tmp:
-            np.savez(f"{tmp}/inputs.npz", *arrays, ref=task.opdef.reference(task.shape, arrays))
             build_best(log, task).executable.export_library(f"{tmp}/ours.so")
-            commands = [["tvm", f"{tmp}/ours.so", f"{tmp}/inputs.npz"], ["torch", *TASKS[label], f"{tmp}/inputs.npz"]]
+            commands = [["tvm", f"{tmp}/ours.so", *TASKS[label]], ["torch", *TASKS[label]]]
             if ms_ex is not None:
                 ms_ex.export_library(f"{tmp}/ms.so")
-                commands.append(["tvm", f"{tmp}/ms.so", f"{tmp}/inputs.npz"])
+                commands.append(["tvm", f"{tmp}/ms.so", *TASKS[label]])
             ours, t_torch, t_ms = [*isolated_best_of(commands, rounds=5), float("nan")][:3]
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
         ratios_t.append(t_torch / ours)

@@ -64,11 +64,10 @@ def level_features(func) -> np.ndarray:
 class _Access:
     """One buffer region of the block, as integer functions of the loop variables."""
 
-    def __init__(self, buffer, region, env, loop_vars, write: bool):
-        self.write = write
-        self.shape = [_const(s) for s in buffer.shape]
+    def __init__(self, buffer, region, env, loop_vars):
         import tvm
 
+        self.shape = [_const(s) for s in buffer.shape]
         dtype = tvm.DataType(str(buffer.dtype))
         self.elem_bytes = max(1, dtype.bits * dtype.lanes // 8)
         self.extents = [_const(r.extent) for r in region]
@@ -101,9 +100,9 @@ class _Access:
 
 def _accesses(block, env, loop_vars) -> list[_Access]:
     """Written buffer first, then the reads (not the written one) by decreasing buffer size."""
-    writes = [_Access(_buffer(w), w.region, env, loop_vars, True) for w in block.writes[:1]]
+    writes = [_Access(_buffer(w), w.region, env, loop_vars) for w in block.writes[:1]]
     written = {_buffer(w).name for w in block.writes}
-    reads = [_Access(_buffer(r), r.region, env, loop_vars, False) for r in block.reads
+    reads = [_Access(_buffer(r), r.region, env, loop_vars) for r in block.reads
              if _buffer(r).name not in written]
     reads.sort(key=lambda a: -a.size())
     return writes + reads
