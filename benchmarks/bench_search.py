@@ -70,9 +70,25 @@ class ReplayingBuilder:
         pass
 
 
-def per_trial(records, flops: float, trials: int) -> list[float]:
-    """GFLOPS of each trial (0 for a failed one)."""
-    return [flops / r.result.mean_s / 1e9 if r.result.ok else 0.0 for r in records[:trials]]
+def first_measurements(tdir: Path) -> dict:
+    """Config index -> its earliest measurement in the task's logs (earlier/ keeps logs of runs made by an older
+    tuner). It is the one result every run replays for that config and is scored by, so no method gains or
+    loses by the timing noise of a second measurement of the same kernel."""
+    from autotune import load_records
+
+    first = {}
+    for log in sorted(tdir.glob("*.jsonl")) + sorted(tdir.glob("earlier/*.jsonl")):
+        for r in load_records(log):
+            old = first.get(r.input.config.index)
+            if old is None or r.result.timestamp < old.timestamp:
+                first[r.input.config.index] = r.result
+    return first
+
+
+def per_trial(records, flops: float, trials: int, known: dict) -> list[float]:
+    """GFLOPS of each trial (0 for a failed one), by the config's replayed (first) measurement."""
+    results = [known.get(r.input.config.index, r.result) for r in records[:trials]]
+    return [flops / res.mean_s / 1e9 if res.ok else 0.0 for res in results]
 
 
 def curve(values: list[float], trials: int) -> list[float]:
@@ -88,7 +104,7 @@ def trials_to_reach(c: list[float], target: float) -> int | None:
 
 
 def run_curves(args, work: Path):
-    from autotune import load_records, make_task, tune
+    from autotune import make_task, tune
     from autotune.measure import LocalBuilder, LocalRunner
 
     builder, runner = LocalBuilder(), LocalRunner()
@@ -103,10 +119,7 @@ def run_curves(args, work: Path):
                 task = make_task(op, shape)
                 tdir = work / task.key
                 tdir.mkdir(parents=True, exist_ok=True)
-                known = {}  # earlier/ keeps logs of runs made by an older tuner: their measurements still replay
-                for log in sorted(tdir.glob("*.jsonl")) + sorted(tdir.glob("earlier/*.jsonl")):
-                    for r in load_records(log):
-                        known.setdefault(r.input.config.index, r.result)
+                known = first_measurements(tdir)
                 for seed in args.seeds:
                     opts = dict(options)
                     if tuner == "xgb":
@@ -115,7 +128,7 @@ def run_curves(args, work: Path):
                     t0 = time.time()
                     res = tune(task, trials=args.trials, tuner=tuner, log=log, seed=seed, tuner_options=opts,
                                builder=ReplayingBuilder(builder, known), runner=ReplayingRunner(runner, known))
-                    values = per_trial(res.records, task.flops, args.trials)
+                    values = per_trial(res.records, task.flops, args.trials, known)
                     samples.setdefault(label, {}).setdefault(method, []).append(values)
                     c = curve(values, args.trials)
                     curves.setdefault(label, {}).setdefault(method, []).append(c)
@@ -364,7 +377,8 @@ def main() -> None:
             f"{' '.join(map(str, args.seeds))}" + (f" --quality-trials {args.quality_trials} --ms-trials "
                                                    f"{args.ms_trials}" if args.quality_trials else "") +
             f"`; {args.threads} threads; wall time of this invocation {time.time() - t0:.0f} s (runs found "
-            "complete in their logs are not measured again). "
+            "complete in their logs are not measured again). Each config is measured once per task and every "
+            "run is scored by that first measurement. "
             "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`. "
             "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the model benchmark's logs "
             f"(`{args.model_logs}`, {len(list(Path(args.model_logs).glob('*.jsonl')))} files), never on the task "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -99,7 +101,7 @@ def test_loop_features_never_propose_illegal_configs():
 
 
 def test_batch_has_no_near_duplicates():
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=4, features="knob", explore=0.0)
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=4, features="knob", explore=0.0, min_distance=2)
     _tune(tuner, MM, MM_SPACE, 32)
     digits = [np.array(MM_SPACE.digits(i)) for i in tuner.next_batch(16)]
     assert min(int((a != b).sum()) for k, a in enumerate(digits) for b in digits[k + 1:]) >= 2
@@ -173,7 +175,29 @@ def test_anneal_climbs_a_known_score():
 
     visited = anneal(MM_SPACE, score, MM_SPACE.sample(np.random.default_rng(0), 8), 40, np.random.default_rng(0))
     assert 1234 in visited
-    assert diverse_top(visited, 1, MM_SPACE, 2) == [1234]
+    assert diverse_top(visited, 1, MM_SPACE) == [1234]
+
+
+def test_diverse_top_covers_new_knob_values_before_refining_one_shape():
+    """Twelve configs share their tile sizes and differ in parallel / vectorize / unroll; a thirteenth, scored
+    fourth, differs in every knob. With the coverage bonus a batch of 3 takes it; without, the top 3."""
+    base = MM_SPACE.digits(MM_SPACE.sample(np.random.default_rng(1), 1)[0])
+    names = [k.name for k in MM_SPACE.knobs]
+    cheap = [names.index(k) for k in ("parallel", "vectorize", "unroll")]
+    same = []
+    for values in itertools.product(*(range(MM_SPACE.dims[k]) for k in cheap)):
+        d = list(base)
+        for k, v in zip(cheap, values):
+            d[k] = v
+        same.append(MM_SPACE.index_of(d))
+    first = MM_SPACE.digits(same[0])
+    other = MM_SPACE.index_of([(v + 1) % dim for v, dim in zip(first, MM_SPACE.dims)])
+    ranked = same[:3] + [other] + same[3:]
+    scores = {i: float(len(ranked) - k) for k, i in enumerate(ranked)}
+    picked = diverse_top(scores, 3, MM_SPACE)
+    assert picked[0] == same[0] and other in picked
+    assert diverse_top(scores, 3, MM_SPACE, knob_weight=0.0) == same[:3]
+    assert set(diverse_top(scores, 99, MM_SPACE)) == set(scores)
 
 
 def test_never_proposes_configs_that_break_gpu_limits():

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from cost_models.xgb_model import XGBCostModel
 
 POOL_SIZE = 256  # unproposed points of one search kept as start candidates of the next
+SHORTLIST = 0.25  # the batch is picked, for score and knob coverage, from this best share of the search's points
 COLD_BATCH = 8  # random configs measured before the first model (the model guides from the second batch on)
 Scorer = Callable[[Sequence[int]], np.ndarray]
 
@@ -46,21 +47,32 @@ def anneal(space: ConfigSpace, score: Scorer, starts: Sequence[int], steps: int,
     return visited
 
 
-def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, min_distance: int) -> list[int]:
-    """Best-scored indices, skipping any within `min_distance` knob changes of one already taken."""
+def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_weight: float = 0.1,
+                min_distance: int = 1) -> list[int]:
+    """Diversity-aware batch: greedily the index whose score percentile among the candidates, plus
+    `knob_weight` for each knob whose value no index picked so far has, is highest (a submodular pick).
+
+    A pick within `min_distance` knob changes of an earlier one is taken only when nothing else is left.
+    The coverage bonus keeps a batch from spending all its trials on the cheap knobs (unroll, loop order)
+    of one tile shape the model likes: it also tries the next best tile shapes.
+    """
     ranked = sorted((i for i, s in candidates.items() if np.isfinite(s)), key=lambda i: (-candidates[i], i))
+    if not ranked or n <= 0:
+        return []
+    digits = np.array([space.digits(i) for i in ranked])
+    gain_base = 1.0 - np.arange(len(ranked)) / len(ranked)  # score percentile, 1 for the best
+    covered = np.zeros_like(digits, dtype=bool)  # covered[r, k]: candidate r's value of knob k is in the batch
+    near = np.zeros(len(ranked), dtype=bool)  # within min_distance of a pick
+    taken = np.zeros(len(ranked), dtype=bool)
     picked: list[int] = []
-    digits: list[np.ndarray] = []
-    for i in ranked:
-        if len(picked) == n:
-            break
-        d = np.asarray(space.digits(i))
-        if all(int((d != o).sum()) >= min_distance for o in digits):
-            picked.append(i)
-            digits.append(d)
-    if len(picked) < n:  # not enough distinct ones: fill with the best of the rest
-        taken = set(picked)
-        picked += [i for i in ranked if i not in taken][: n - len(picked)]
+    for _ in range(min(n, len(ranked))):
+        gain = gain_base + knob_weight * (~covered).sum(axis=1) - 2.0 * near  # near-duplicates: only as a last resort
+        gain[taken] = -np.inf
+        r = int(np.argmax(gain))
+        picked.append(ranked[r])
+        taken[r] = True
+        covered |= digits == digits[r]
+        near |= (digits != digits[r]).sum(axis=1) < min_distance
     return picked
 
 
@@ -72,7 +84,8 @@ class XGBTuner:
     arrive (own rows weigh `n_transfer / transfer_halflife` each, so at `transfer_halflife` own records
     both weigh the same). cost_model: path of a saved model whose trees the new ones are added to.
     batch_size: configs planned per model refresh; next_batch serves from that plan until update().
-    explore: share of each batch drawn at random. min_distance: knob changes between two configs of one batch.
+    explore: share of each batch drawn at random. knob_weight: bonus for each knob value new to a batch (diversity;
+    0 picks the top predictions); min_distance: knob changes between two configs of one batch.
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
     feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
     about 1.5x faster on 2 idle cores; worth more on many cores).
@@ -81,7 +94,7 @@ class XGBTuner:
     def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0, features: str = "loop",
                  transfer: Iterable[Record] = (), cost_model: str | None = None, batch_size: int | None = None,
                  objective: str = "rank", explore: float = 0.15, sa_chains: int = 16, sa_steps: int = 16,
-                 sa_temperature: float = 1.0, min_distance: int = 2, transfer_halflife: int = 16,
+                 sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1, transfer_halflife: int = 16,
                  transfer_max_per_task: int = 512, n_rounds: int = 60, feature_workers: int = 0,
                  cache: FeatureCache | None = None):
         import search_spaces
@@ -93,7 +106,7 @@ class XGBTuner:
         self.template = search_spaces.resolve(template_ref)
         self.features, self.objective, self.seed = features, objective, seed
         self.batch_size = batch_size
-        self.explore, self.min_distance = explore, min_distance
+        self.explore, self.knob_weight, self.min_distance = explore, knob_weight, min_distance
         self.sa_chains, self.sa_steps, self.sa_temperature = sa_chains, sa_steps, sa_temperature
         self.transfer_halflife, self.n_rounds = transfer_halflife, n_rounds
         self.cache = cache if cache is not None else FeatureCache()
@@ -229,8 +242,10 @@ class XGBTuner:
         starts = self._starts()
         visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
         fresh = self._distinct({i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid})
-        self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[: POOL_SIZE]
-        picked = diverse_top(fresh, n_model, self.space, self.min_distance)
+        ranked = sorted(fresh, key=lambda i: (-fresh[i], i))
+        self._leftovers = ranked[:POOL_SIZE]
+        shortlist = {i: fresh[i] for i in ranked[: max(4 * n_model, int(SHORTLIST * len(ranked)))]}
+        picked = diverse_top(shortlist, n_model, self.space, self.knob_weight, self.min_distance)
         return picked + self._random(n - len(picked), set(picked))
 
     def _distinct(self, scored: dict[int, float]) -> dict[int, float]:
