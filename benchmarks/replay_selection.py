@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import write_section  # noqa: E402
-from bench_search import TASKS, first_measurements  # noqa: E402
+from _common import write_section
+from bench_search import TASKS, first_measurements
 
 RULES = {  # name -> (knob_weight, min_distance, random picks per batch)
     "top (no diversity)": (0.0, 1, 1),
@@ -42,7 +42,7 @@ def task_pool(work: Path, label: str):
     task = make_task(*TASKS[label])
     tdir = work / task.key
     known = first_measurements(tdir)
-    ref = next(r.input.template for r in load_records(sorted(tdir.glob("random-*.jsonl"))[0]))
+    ref = next(r.input.template for r in load_records(min(tdir.glob("random-*.jsonl"))))
     template = search_spaces.resolve(ref)
     space = template.define_space(task)
     drawn = {r.input.config.index for p in tdir.glob("random-*.jsonl") for r in load_records(p)}
@@ -95,9 +95,9 @@ def main() -> None:
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)
     body = ["## Batch selection rules, offline replay (`benchmarks/replay_selection.py`)", "",
-            f"Command: `python benchmarks/replay_selection.py --runs {args.runs}`. {args.runs} simulated cold runs "
-            "per rule and task over the configs bench_search.py logged (picks limited to them, so the figures "
-            "compare rules, not real searches); 95% of the best logged config; mean best as a share of it.", "",
+            (f"Command: `python benchmarks/replay_selection.py --runs {args.runs}`. {args.runs} simulated cold runs "
+             "per rule and task over the configs bench_search.py logged (picks limited to them, so the figures "
+             "compare rules, not real searches); 95% of the best logged config; mean best as a share of it."), "",
             *rows]
     write_section("replay_selection", "\n".join(body))
     print("\n".join(body))
