@@ -55,7 +55,7 @@ def task_pool(work: Path, label: str):
 
 def replay(pool, rule, seed: int, trials: int = 64, batch: int = 8) -> list[float]:
     """GFLOPS of each simulated trial."""
-    from autotune.tuners.xgb import SHORTLIST, diverse_top
+    from autotune.tuners.xgb import pick_batch
     from cost_models.xgb_model import XGBCostModel
 
     idx, y, X, drawn, space = pool
@@ -67,10 +67,9 @@ def replay(pool, rule, seed: int, trials: int = 64, batch: int = 8) -> list[floa
         rest = np.setdiff1d(np.arange(len(y)), m)
         model = XGBCostModel(seed=len(measured)).fit(X[m], y[m], np.zeros(len(m), int))
         scores = model.predict(X[rest])
-        order = np.argsort(-scores)[: int(SHORTLIST * len(rest))]
-        shortlist = {int(idx[rest[j]]): float(scores[j]) for j in order}
-        picked = set(diverse_top(shortlist, batch - n_random, space, knob_weight, min_distance))
-        chosen = [j for j in order if int(idx[rest[j]]) in picked]
+        position = {int(idx[r]): j for j, r in enumerate(rest)}
+        scored = {int(idx[r]): float(scores[j]) for j, r in enumerate(rest)}
+        chosen = [position[i] for i in pick_batch(scored, batch - n_random, space, knob_weight, min_distance)]
         others = np.setdiff1d(np.arange(len(rest)), chosen)
         chosen += list(rng.choice(others, n_random, replace=False))
         measured += [rest[j] for j in chosen]

@@ -76,6 +76,15 @@ def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_w
     return picked
 
 
+def pick_batch(scored: dict[int, float], n: int, space: ConfigSpace, knob_weight: float = 0.1,
+               min_distance: int = 1) -> list[int]:
+    """The model's picks of a batch: `diverse_top` over the best SHORTLIST share of the scored points
+    (at least 4n of them), so the coverage bonus trades score only among configs the model rates well."""
+    ranked = sorted(scored, key=lambda i: (-scored[i], i))
+    shortlist = {i: scored[i] for i in ranked[: max(4 * n, int(SHORTLIST * len(ranked)))]}
+    return diverse_top(shortlist, n, space, knob_weight, min_distance)
+
+
 class XGBTuner:
     """Proposes the configs an XGBoost cost model predicts fastest, found by simulated annealing.
 
@@ -242,10 +251,8 @@ class XGBTuner:
         starts = self._starts()
         visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
         fresh = self._distinct({i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid})
-        ranked = sorted(fresh, key=lambda i: (-fresh[i], i))
-        self._leftovers = ranked[:POOL_SIZE]
-        shortlist = {i: fresh[i] for i in ranked[: max(4 * n_model, int(SHORTLIST * len(ranked)))]}
-        picked = diverse_top(shortlist, n_model, self.space, self.knob_weight, self.min_distance)
+        self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[:POOL_SIZE]
+        picked = pick_batch(fresh, n_model, self.space, self.knob_weight, self.min_distance)
         return picked + self._random(n - len(picked), set(picked))
 
     def _distinct(self, scored: dict[int, float]) -> dict[int, float]:
