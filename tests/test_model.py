@@ -145,6 +145,37 @@ def test_tune_model_budget_weights_and_resume(tmp_path):
     assert "96 trials" in again.summary()
 
 
+def test_tune_model_transfers_other_tasks_records_to_xgb(tmp_path):
+    """Each xgb round is pre-trained on the folder's other logs and the model's other tasks so far, never on
+    the task itself; all rounds share one feature cache; transfer=[] turns it off."""
+    from autotune import tune
+
+    other = make_task("matmul", {"M": 4, "N": 4, "K": 4})
+    tune(other, trials=3, tuner="random", log=tmp_path / "other.jsonl", builder=FakeBuilder(),
+         runner=SimulatedRunner(lambda cfg: 1e-3))
+    calls = []
+
+    def spy(task, tuner_options=None, tuner=None, **kw):  # records the options, tunes with the random tuner
+        calls.append((task.key, tuner, tuner_options))
+        return tune(task, tuner="random", **kw)
+
+    fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-3 / (1 + cfg.index % 7))}
+    tune_model(CONVNET, trials=40, log=tmp_path / "m.jsonl", round_trials=8, tune_fn=spy,
+               progress=lambda m: None, tuner_options={"features": "knob"}, **fake)
+    assert len(calls) == 5 and {c[1] for c in calls} == {"xgb"}
+    seen: dict[str, int] = {}  # task key -> trials before the round
+    for key, _, opts in calls:
+        keys = [r.task.key for r in opts["transfer"]]
+        assert key not in keys and keys.count(other.key) == 3
+        assert len(keys) - 3 == sum(n for k, n in seen.items() if k != key)  # every earlier trial of the others
+        assert opts["features"] == "knob" and opts["cache"] is calls[0][2]["cache"]
+        seen[key] = seen.get(key, 0) + 8
+    calls.clear()
+    tune_model(CONVNET, trials=48, log=tmp_path / "m.jsonl", round_trials=8, tune_fn=spy, transfer=[],
+               progress=lambda m: None, **fake)
+    assert [c[2]["transfer"] for c in calls] == [[]]
+
+
 # ---- export-db ----------------------------------------------------------------------------
 
 def _call_tir_module(func, in_shapes, out_shape):

@@ -34,6 +34,10 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--repeat", type=int, default=3)
     t.add_argument("--min-repeat-ms", type=float, default=100.0)
     t.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    t.add_argument("--features", default="loop", choices=["loop", "knob"], help="xgb: cost model features")
+    t.add_argument("--transfer", nargs="*", metavar="LOG",
+                   help="xgb: logs of other tasks to pre-train on, besides the model's other tasks (default: the "
+                        "other logs beside --log); give no LOG to turn transfer off")
     t.set_defaults(handler=cmd_tune_model)
 
     b = subparsers.add_parser("build", help="compile a model with the best schedules in logs")
@@ -89,7 +93,8 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     try:
         result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
                             round_trials=args.round_trials, seed=args.seed, builder=builder, runner=runner,
-                            via="compile" if args.compile else "auto")
+                            via="compile" if args.compile else "auto", transfer=args.transfer,
+                            tuner_options={"features": args.features} if args.tuner == "xgb" else None)
     finally:
         builder.close()
         runner.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ class TaskState:
     trials: int = 0
     best_history: list[float] = field(default_factory=list)  # best seconds after each trial (inf: none yet)
     exhausted: bool = False
+    records: list[Record] = field(default_factory=list, repr=False)  # its records so far (transfer to the others)
 
     @property
     def best(self) -> float:
@@ -46,6 +47,7 @@ class TaskState:
                 best = min(best, r.result.mean_s)
             self.best_history.append(best)
         self.trials += len(records)
+        self.records += records
 
     def weighted_latency(self) -> float:
         return self.weight * self.best if math.isfinite(self.best) else math.inf
@@ -101,16 +103,41 @@ def _resume(states: list[TaskState], log: Path) -> None:
         s.add(resumable_records(log, s.task, ref, search_spaces.resolve(ref).version))
 
 
+def _xgb_options(states: list[TaskState], log: Path, transfer: Sequence[str] | None,
+                 tuner_options: dict[str, Any] | None) -> Callable[[TaskState], dict[str, Any]]:
+    """Per round, the xgb tuner's options: transfer from the other tasks' records (the folder's logs, then this
+    log's records of the model's other tasks so far), and one feature cache for all rounds."""
+    from cost_models.features import FeatureCache
+
+    from ..transfer import MAX_TRANSFER_RECORDS, folder_records
+
+    base = {"cache": FeatureCache(), **(tuner_options or {})}
+    if transfer is not None and not transfer:
+        base["transfer"] = []
+    if "transfer" in base:  # chosen by the caller, or none
+        return lambda state: base
+    folder = folder_records(log, transfer, states[0].task.target_kind) if states else []
+
+    def options(state: TaskState) -> dict[str, Any]:
+        own = [r for s in states if s is not state for r in s.records]
+        return {**base, "transfer": (folder + own)[-MAX_TRANSFER_RECORDS:]}
+
+    return options
+
+
 def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "llvm", tuner: str = "xgb",
                inputs: Any = None, round_trials: int = 16, seed: int = 0,
                tune_fn: Callable[..., Any] | None = None, builder: Any = None, runner: Any = None,
                progress: Callable[[str], None] | None = None, via: str = "auto",
+               transfer: Sequence[str] | None = None, tuner_options: dict[str, Any] | None = None,
                **tune_kwargs: Any) -> ModelTuneResult:
     """Tune every task of the model until `trials` trials in total are in the log (resumable).
 
     `tune_fn` defaults to `autotune.tune.tune`; `builder`/`runner` are shared by all rounds
     (created here when not given, so worker processes start once). `via`: how tasks are
-    extracted (see `extract_tasks`).
+    extracted (see `extract_tasks`). With the xgb tuner, each round's cost model is pre-trained on the
+    records of the model's other tasks so far and on the logs `transfer` names (None: the other logs beside
+    `log`, as `autotune tune` does; [] turns transfer off); `tuner_options` go to the tuner as they are.
     """
     from ..measure import LocalBuilder, LocalRunner
     from ..tune import ensure_measurable, tune
@@ -127,6 +154,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
     _resume(states, log)
     resumed = sum(s.trials for s in states)
     tune_fn = tune_fn or tune
+    options_for = _xgb_options(states, log, transfer, tuner_options) if tuner == "xgb" else lambda s: tuner_options
     say = progress or (lambda msg: print(msg, file=sys.stderr))
     own_builder, own_runner = builder is None, runner is None
     if own_runner:
@@ -143,7 +171,8 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
             want = min(round_trials, trials - sum(s.trials for s in states))
             before = state.trials
             result = tune_fn(state.task, trials=before + want, tuner=tuner, log=log, seed=seed + before,
-                             batch_size=want, builder=builder, runner=runner, **tune_kwargs)
+                             batch_size=want, builder=builder, runner=runner, tuner_options=options_for(state),
+                             **tune_kwargs)
             new = result.records[before:] if len(result.records) >= before else []
             state.add(list(new))
             if not new or result.stopped == "search space exhausted":
