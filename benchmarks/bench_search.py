@@ -109,11 +109,11 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
     from autotune.records import LogWriter, Record
     from autotune.version import versions
 
-    gflops = {}
+    def gflops_of(res) -> float:
+        return task.flops / res.mean_s / 1e9 if res.ok else 0.0
+
     inputs = {r.input.config.index: r for rs in runs for r in rs}
-    for i, rec in inputs.items():
-        res = known.get(i, rec.result)
-        gflops[i] = task.flops / res.mean_s / 1e9 if res.ok else 0.0
+    gflops = {i: gflops_of(known.get(i, rec.result)) for i, rec in inputs.items()}
     cut = RETIME_SHARE * max(gflops.values())
     log = tdir / "retimed" / "retimed.jsonl"
     log.parent.mkdir(exist_ok=True)
@@ -132,7 +132,7 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
                 for i, res in zip(due, runner.run([inputs[i].input for i in due], [built[i] for i in due])):
                     rec = inputs[i]
                     w.write(Record(rec.input, res, rec.template_version, runner.threads, versions()))
-                    timings.setdefault(i, []).append(task.flops / res.mean_s / 1e9 if res.ok else 0.0)
+                    timings.setdefault(i, []).append(gflops_of(res))
     return {i: float(np.median(timings[i])) if g >= cut and i in timings else g for i, g in gflops.items()}
 
 
