@@ -11,6 +11,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+from .cli_args import add_search_arguments
 from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
 from .model.cli import add_model_commands
@@ -49,10 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--repeat", type=int, default=3)
     t.add_argument("--min-repeat-ms", type=float, default=100.0)
     t.add_argument("--cache-flush", action="store_true", help="flush the CPU cache before each timed run")
-    t.add_argument("--features", default="loop", choices=["loop", "knob"], help="xgb: cost model features")
-    t.add_argument("--transfer", nargs="*", metavar="LOG",
-                   help="xgb: logs of other tasks to pre-train on (default: other logs beside --log); "
-                        "give no LOG to disable")
+    add_search_arguments(t, "other logs beside --log")
     t.add_argument("--cost-model", help="xgb: start from a saved model (autotune train-model)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     add_rpc_runner_arguments(t)
@@ -143,7 +141,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             result = tune(task, trials=args.trials, tuner=args.tuner, log=log, seed=args.seed,
                           early_stopping=args.early_stopping, batch_size=args.batch_size, template=args.template,
                           tuner_options=options, runner_options=runner_options, runner=remote, progress=bar.update,
-                          build_timeout=args.build_timeout)
+                          build_timeout=args.build_timeout, retime=args.retime)
     finally:
         if remote is not None:
             remote.close()
@@ -155,7 +153,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if best is None:
         print(f"no valid config among {len(result.records)} trials ({result.errors} errors)")
         return 1
-    print(f"best: {best.gflops():.1f} GFLOPS ({best.result.mean_s * 1e3:.4f} ms) config #{best.input.config.index} "
+    timings = result.timings(best)
+    print(f"best: {best.gflops():.1f} GFLOPS ({best.result.mean_s * 1e3:.4f} ms"
+          f"{f', median of {timings} timings' if timings > 1 else ''}) config #{best.input.config.index} "
           f"{json.dumps(best.input.config.to_dict()['knobs'])}")
     print(f"{len(result.records)} trials, {result.errors} errors; log: {log}")
     return 0
@@ -190,7 +190,7 @@ def _load(paths: list[str]):
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from .records import best_record, by_task
+    from .records import best_record, by_task, timings
 
     records, _ = _load(args.logs)
     for key, recs in by_task(records).items():
@@ -201,17 +201,19 @@ def cmd_best(args: argparse.Namespace) -> int:
             continue
         row = {"task_key": key, "op": best.task.op, "params": best.task.shape, "dtype": best.task.dtype,
                "target": best.task.target, "template": best.input.template, "config": best.input.config.to_dict(),
-               "mean_s": best.result.mean_s, "gflops": round(best.gflops(), 3), "threads": best.threads}
+               "mean_s": best.result.mean_s, "gflops": round(best.gflops(), 3), "threads": best.threads,
+               "timings": timings(recs, best)}
         if args.json:
             print(json.dumps(row))
         else:
-            print(f"{key}  {best.task}  {row['gflops']:.1f} GFLOPS  {best.result.mean_s * 1e3:.4f} ms  "
+            median = f" (median of {row['timings']} timings)" if row["timings"] > 1 else ""
+            print(f"{key}  {best.task}  {row['gflops']:.1f} GFLOPS  {best.result.mean_s * 1e3:.4f} ms{median}  "
                   f"config #{best.input.config.index} {json.dumps(row['config']['knobs'])}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .records import best_record, by_task
+    from .records import best_record, by_task, config_key
 
     records, stats = _load(args.logs)
     print(f"{stats.records} records, {stats.skipped} corrupt lines skipped")
@@ -220,7 +222,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         best = best_record(recs)
         best_txt = f"{best.gflops():.1f} GFLOPS ({best.result.mean_s * 1e3:.4f} ms)" if best else "none valid"
         err_txt = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
-        print(f"{key}  {recs[0].task}\n  records={len(recs)} valid={len(recs) - sum(errors.values())} "
+        print(f"{key}  {recs[0].task}\n  records={len(recs)} configs={len({config_key(r) for r in recs})} "
+              f"valid={len(recs) - sum(errors.values())} "
               f"errors: {err_txt}\n  best: {best_txt}  threads={best.threads if best else '-'}")
     return 0
 

@@ -142,10 +142,43 @@ class LogWriter:
         self.close()
 
 
+def config_key(record: Record) -> tuple[str, str, str, int]:
+    """What identifies one config's kernel: task, template at its version, config index."""
+    return record.task.key, record.input.template, record.template_version, record.input.config.index
+
+
+def split_retimes(records: Iterable[Record]) -> tuple[list[Record], list[Record]]:
+    """(trials, re-timings): a config's first record is its trial, its later records time it again."""
+    trials: list[Record] = []
+    retimes: list[Record] = []
+    seen: set[tuple[str, str, str, int]] = set()
+    for r in records:
+        key = config_key(r)
+        (retimes if key in seen else trials).append(r)
+        seen.add(key)
+    return trials, retimes
+
+
 def best_record(records: Iterable[Record]) -> Record | None:
-    """The fastest valid record (WRONG_ANSWER and every other error never count)."""
-    valid = [r for r in records if r.result.ok]
-    return min(valid, key=lambda r: r.result.mean_s) if valid else None
+    """The record of the fastest config, a config timed several times being scored by the median of its
+    timings (the slower middle one of an even count): one lucky timing does not make a config best.
+    A config with any failed measurement (WRONG_ANSWER or any other error) never counts."""
+    timings: dict[tuple[str, str, str, int], list[Record]] = {}
+    failed: set[tuple[str, str, str, int]] = set()
+    for r in records:
+        if r.result.ok:
+            timings.setdefault(config_key(r), []).append(r)
+        else:
+            failed.add(config_key(r))
+    medians = [sorted(recs, key=lambda r: r.result.mean_s)[len(recs) // 2]
+               for key, recs in timings.items() if key not in failed]
+    return min(medians, key=lambda r: r.result.mean_s) if medians else None
+
+
+def timings(records: Iterable[Record], record: Record) -> int:
+    """How many valid timings of the config of `record` there are among `records`."""
+    key = config_key(record)
+    return sum(r.result.ok and config_key(r) == key for r in records)
 
 
 def by_task(records: Iterable[Record]) -> dict[str, list[Record]]:

@@ -10,7 +10,8 @@ from typing import Any, Callable
 from .errors import AutotuneError
 from .measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions
 from .measure_types import MeasureInput
-from .records import LogReadStats, LogWriter, Record, best_record, iter_records
+from .records import LogReadStats, LogWriter, Record, best_record, iter_records, split_retimes, timings
+from .retime import RETIMES, next_round
 from .task import Task
 from .tuners import get_tuner_class
 from .version import versions
@@ -20,13 +21,19 @@ from .version import versions
 class TuneResult:
     task: Task
     log: Path
-    records: list[Record] = field(default_factory=list)  # this task's records, resumed ones first
+    records: list[Record] = field(default_factory=list)  # this task's trials, resumed ones first
     resumed: int = 0
     stopped: str = ""  # why the loop ended early, if it did
+    retimes: list[Record] = field(default_factory=list)  # later timings of the contenders (autotune.retime)
 
     @property
     def best(self) -> Record | None:
-        return best_record(self.records)
+        """The fastest config, scored by the median of its timings."""
+        return best_record(self.records + self.retimes)
+
+    def timings(self, record: Record) -> int:
+        """How many valid timings the config of `record` has."""
+        return timings(self.records + self.retimes, record)
 
     @property
     def errors(self) -> int:
@@ -47,8 +54,9 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
          early_stopping: int | None = None, batch_size: int = 8, template: str | None = None,
          tuner_options: dict[str, Any] | None = None, runner_options: RunnerOptions | None = None,
          builder: Builder | None = None, runner: Runner | None = None, build_timeout: float = 60.0,
-         progress: Callable[[TuneResult], None] | None = None) -> TuneResult:
-    """Tune `task` until `trials` configs have been measured (counting those already in `log`)."""
+         progress: Callable[[TuneResult], None] | None = None, retime: int = RETIMES) -> TuneResult:
+    """Tune `task` until `trials` configs have been measured (counting those already in `log`), then time
+    the contenders for the best `retime` more times each (see `autotune.retime`; 0: never)."""
     import search_spaces
 
     template_ref = template or search_spaces.default_template_ref(task.op, task.target_kind)
@@ -61,40 +69,48 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
     space = tmpl.define_space(task)
     log_path = Path(log) if log else default_log_path(task)
     result = TuneResult(task, log_path)
-    result.records = resumable_records(log_path, task, template_ref, tmpl.version)
+    result.records, result.retimes = split_retimes(resumable_records(log_path, task, template_ref, tmpl.version))
     result.resumed = len(result.records)
-    if len(result.records) >= min(trials, len(space)):  # finished before: no tuner (its model can cost seconds)
-        return result
-    search = get_tuner_class(tuner)(task, space, template_ref, seed=seed, **(tuner_options or {}))
-    if result.records:
+    searching = len(result.records) < min(trials, len(space))
+    if not searching and not next_round(result.records, result.retimes, retime):
+        return result  # finished before: no tuner (its model can cost seconds), no worker processes
+    search = get_tuner_class(tuner)(task, space, template_ref, seed=seed, **(tuner_options or {})) \
+        if searching else None
+    if search is not None and result.records:
         search.update([r.input for r in result.records], [r.result for r in result.records])
     measured = {r.input.config.index for r in result.records}
     own_builder, own_runner = builder is None, runner is None
     builder = builder or LocalBuilder(timeout=build_timeout)
     runner = runner or LocalRunner(runner_options)
+
+    def measure(inputs: list[MeasureInput], writer: LogWriter) -> list[Record]:
+        results = runner.run(inputs, builder.build(inputs))
+        records = [Record(inp, res, tmpl.version, runner.threads, versions()) for inp, res in zip(inputs, results)]
+        for rec in records:
+            writer.write(rec)
+        return records
+
     best_at = _best_trial(result.records)
     try:
         with LogWriter(log_path) as writer:
-            while len(result.records) < min(trials, len(space)):
+            while search is not None and len(result.records) < min(trials, len(space)):
                 want = min(batch_size, trials - len(result.records))
                 batch = [i for i in search.next_batch(want) if i not in measured][:want]
                 if not batch:
                     result.stopped = "search space exhausted"
                     break
-                inputs = [MeasureInput(task, space.get(i), template_ref) for i in batch]
-                results = runner.run(inputs, builder.build(inputs))
-                for inp, res in zip(inputs, results):
-                    rec = Record(inp, res, tmpl.version, runner.threads, versions())
-                    writer.write(rec)
-                    result.records.append(rec)
-                    measured.add(inp.config.index)
-                search.update(inputs, results)
+                new = measure([MeasureInput(task, space.get(i), template_ref) for i in batch], writer)
+                result.records += new
+                measured.update(batch)
+                search.update([r.input for r in new], [r.result for r in new])
                 best_at = _best_trial(result.records)
                 if progress:
                     progress(result)
                 if early_stopping and len(result.records) - best_at >= early_stopping:
                     result.stopped = f"no improvement in {early_stopping} trials"
                     break
+            while inputs := next_round(result.records, result.retimes, retime, seed):
+                result.retimes += measure(inputs, writer)
     finally:
         if own_builder:
             builder.close()

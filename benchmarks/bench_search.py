@@ -174,7 +174,7 @@ def run_curves(args, work: Path):
                     t0 = time.time()
                     res = tune(task, trials=budget(args, method), tuner=tuner, log=tdir / f"{method}-s{seed}.jsonl",
                                seed=seed, tuner_options=opts, builder=ReplayingBuilder(builder, known[label]),
-                               runner=ReplayingRunner(runner, known[label]))
+                               runner=ReplayingRunner(runner, known[label]), retime=0)
                     runs[label].setdefault(method, []).append(res.records[: budget(args, method)])
                     print(f"{label:22s} {method:13s} seed {seed}: best {res.best.gflops() if res.best else 0:6.1f} "
                           f"GFLOPS, first measurements ({time.time() - t0:.0f} s)", flush=True)

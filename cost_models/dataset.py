@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune.measure_types import MeasureResult
-from autotune.records import Record
+from autotune.records import Record, best_record
 from autotune.space import ConfigSpace
 from autotune.task import Task
 
@@ -41,14 +41,15 @@ def throughput(result: MeasureResult) -> float:
     return 1.0 / result.mean_s if result.ok and result.mean_s > 0 else 0.0
 
 
-def best_per_config(records: Iterable[Record]) -> dict[tuple[str, str], dict[int, float]]:
-    """(task key, template ref) -> config index -> best throughput seen for it."""
-    out: dict[tuple[str, str], dict[int, float]] = {}
+def config_throughputs(records: Iterable[Record]) -> dict[tuple[str, str], dict[int, float]]:
+    """(task key, template ref) -> config index -> its throughput as `best_record` scores a config: the
+    median of its timings, 0 when any of its measurements failed."""
+    grouped: dict[tuple[str, str], dict[int, list[Record]]] = {}
     for r in records:
-        table = out.setdefault((r.task.key, r.input.template), {})
-        index = r.input.config.index
-        table[index] = max(table.get(index, 0.0), throughput(r.result))
-    return out
+        grouped.setdefault((r.task.key, r.input.template), {}).setdefault(r.input.config.index, []).append(r)
+    return {key: {index: throughput(best.result) if (best := best_record(recs)) is not None else 0.0
+                  for index, recs in table.items()}
+            for key, table in grouped.items()}
 
 
 def records_dataset(records: Iterable[Record], features: str = "loop", max_per_task: int | None = None,
@@ -66,7 +67,7 @@ def records_dataset(records: Iterable[Record], features: str = "loop", max_per_t
     rng = np.random.default_rng(seed)
     xs, ys, gs, keys = [], [], [], []
     stale: set[str] = set()
-    for (task_key, ref), table in best_per_config(records).items():
+    for (task_key, ref), table in config_throughputs(records).items():
         try:
             template = search_spaces.resolve(ref)
         except Exception as err:  # noqa: BLE001 - a template that cannot be imported here: skip its records

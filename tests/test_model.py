@@ -145,6 +145,29 @@ def test_tune_model_budget_weights_and_resume(tmp_path):
     assert "96 trials" in again.summary()
 
 
+def test_tune_model_retimes_each_task_once_the_budget_is_spent(tmp_path):
+    """Rounds never re-time; after the last one each task's contenders are timed twice more, its best is the
+    median of the best config's timings (as `autotune build` will pick), and a resume counts no re-timing
+    as a trial."""
+    from autotune.records import best_record, by_task, load_records, split_retimes
+
+    timed: dict[int, int] = {}
+
+    def cost(cfg):  # every later timing of a config index is 30% slower than its first
+        timed[cfg.index] = timed.get(cfg.index, 0) + 1
+        return 1e-3 / (1 + cfg.index % 7) * (1 if timed[cfg.index] == 1 else 1.3)
+    log = tmp_path / "m.jsonl"
+    fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(cost)}
+    result = tune_model(CONVNET, trials=32, log=log, tuner="random", round_trials=8, progress=lambda m: None, **fake)
+    logged = by_task(load_records(log))
+    for state in result.states:
+        trials, retimes = split_retimes(logged[state.task.key])
+        assert len(trials) == state.trials == 8 and 2 <= len(retimes) <= 16
+        assert state.best == best_record(logged[state.task.key]).result.mean_s > min(state.best_history)
+    again = tune_model(CONVNET, trials=32, log=log, tuner="random", round_trials=8, progress=lambda m: None, **fake)
+    assert again.resumed == 32 and again.spent == 0 and len(load_records(log)) == sum(map(len, logged.values()))
+
+
 def test_tune_model_transfers_other_tasks_records_to_xgb(tmp_path):
     """Each xgb round is pre-trained on the folder's other logs and the model's other tasks so far, never on
     the task itself; all rounds share one feature cache; transfer=[] turns it off."""
@@ -152,7 +175,7 @@ def test_tune_model_transfers_other_tasks_records_to_xgb(tmp_path):
 
     other = make_task("matmul", {"M": 4, "N": 4, "K": 4})
     tune(other, trials=3, tuner="random", log=tmp_path / "other.jsonl", builder=FakeBuilder(),
-         runner=SimulatedRunner(lambda cfg: 1e-3))
+         runner=SimulatedRunner(lambda cfg: 1e-3), retime=0)
     calls = []
 
     def spy(task, tuner_options=None, tuner=None, **kw):  # records the options, tunes with the random tuner
@@ -160,7 +183,7 @@ def test_tune_model_transfers_other_tasks_records_to_xgb(tmp_path):
         return tune(task, tuner="random", **kw)
 
     fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-3 / (1 + cfg.index % 7))}
-    tune_model(CONVNET, trials=40, log=tmp_path / "m.jsonl", round_trials=8, tune_fn=spy,
+    tune_model(CONVNET, trials=40, log=tmp_path / "m.jsonl", round_trials=8, tune_fn=spy, retime=0,
                progress=lambda m: None, tuner_options={"features": "knob"}, **fake)
     assert len(calls) == 5 and {c[1] for c in calls} == {"xgb"}
     seen: dict[str, int] = {}  # task key -> trials before the round
@@ -171,7 +194,7 @@ def test_tune_model_transfers_other_tasks_records_to_xgb(tmp_path):
         assert opts["features"] == "knob" and opts["cache"] is calls[0][2]["cache"]
         seen[key] = seen.get(key, 0) + 8
     calls.clear()
-    tune_model(CONVNET, trials=48, log=tmp_path / "m.jsonl", round_trials=8, tune_fn=spy, transfer=[],
+    tune_model(CONVNET, trials=48, log=tmp_path / "m.jsonl", round_trials=8, tune_fn=spy, transfer=[], retime=0,
                progress=lambda m: None, **fake)
     assert [c[2]["transfer"] for c in calls] == [[]]
 

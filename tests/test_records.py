@@ -45,6 +45,15 @@ def test_corrupt_and_truncated_lines_are_skipped_and_counted(tmp_path, small_mat
     assert [r.input.config.index for r in recs] == [1, 4] and stats.skipped == 3
 
 
+def test_best_scores_a_config_by_the_median_of_its_timings(small_matmul):
+    lucky = [_rec(small_matmul, 1, 0.9e-3), _rec(small_matmul, 1, 1.3e-3), _rec(small_matmul, 1, 1.2e-3)]
+    steady = [_rec(small_matmul, 2, 1.0e-3), _rec(small_matmul, 2, 1.1e-3)]
+    best = best_record(lucky + steady)
+    assert best.input.config.index == 2 and best.result.mean_s == 1.1e-3  # the slower middle of an even count
+    assert best_record(lucky + steady[:1]).result.mean_s == 1.0e-3
+    assert best_record(lucky + [_rec(small_matmul, 2, error=ErrorKind.RUN_TIMEOUT)] + steady) is lucky[2]
+
+
 def test_best_ignores_errors(small_matmul):
     recs = [_rec(small_matmul, 1, 2e-3), _rec(small_matmul, 2, error=ErrorKind.WRONG_ANSWER), _rec(small_matmul, 3, 1e-3)]
     assert best_record(recs).input.config.index == 3

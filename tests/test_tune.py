@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from autotune.records import load_records
+from autotune.records import best_record, load_records
 from autotune.tune import tune
 from search_spaces import resolve
 
@@ -17,7 +17,7 @@ def _cost(cfg):  # fastest when both inner tiles are 8
 def test_loop_measures_exactly_the_requested_trials(tmp_path, small_matmul, tuner):
     runner = SimulatedRunner(_cost)
     res = tune(small_matmul, trials=20, tuner=tuner, log=tmp_path / "l.jsonl", template=TINY, batch_size=6,
-               builder=FakeBuilder(), runner=runner)
+               builder=FakeBuilder(), runner=runner, retime=0)
     assert len(res.records) == 20 == len(load_records(tmp_path / "l.jsonl"))
     assert len(set(runner.measured)) == 20
     if tuner == "grid":
@@ -30,16 +30,70 @@ def test_resume_continues_without_remeasuring(tmp_path, small_matmul):
     tune(small_matmul, trials=10, tuner="random", log=log, template=TINY, builder=FakeBuilder(), runner=first)
     second = SimulatedRunner(_cost)
     res = tune(small_matmul, trials=25, tuner="random", log=log, template=TINY, builder=FakeBuilder(), runner=second)
-    assert res.resumed == 10 and len(second.measured) == 15
-    assert not set(first.measured) & set(second.measured)
-    idx = [r.input.config.index for r in load_records(log)]
-    assert len(idx) == len(set(idx)) == 25
+    assert res.resumed == 10 and len(res.records) == 25
+    assert not set(first.measured) & set(second.measured[:15])  # the new trials, before any re-timing
+    assert len({r.input.config.index for r in load_records(log)}) == 25
+
+
+def _lucky(first_costs: dict[int, float], later: float = 1.2e-3, others: float = 3e-3):
+    """Configs in `first_costs` time as given the first time and `later` after; every other config `others`."""
+    seen: set[int] = set()
+
+    def cost(cfg):
+        lucky = cfg.index in first_costs and cfg.index not in seen
+        seen.add(cfg.index)
+        return first_costs[cfg.index] if lucky else later if cfg.index in first_costs else others
+    return cost
+
+
+def test_contenders_are_retimed_and_best_is_their_median(tmp_path, small_matmul):
+    """Config 0 is timed lucky once (0.95 ms, then 1.2 ms), config 1 steadily at 1.0 ms: both are contenders
+    (within 90% of the best first timing), each is timed twice more after the trials, and config 1, whose
+    median is faster, is best. Configs first timed outside the 90% are never re-timed."""
+    costs = {0: 0.95e-3, 1: 1.0e-3}
+    steady = _lucky(costs)
+    runner = SimulatedRunner(lambda cfg: 1.0e-3 if cfg.index == 1 else steady(cfg))
+    log = tmp_path / "l.jsonl"
+    res = tune(small_matmul, trials=12, tuner="grid", log=log, template=TINY, batch_size=4, builder=FakeBuilder(),
+               runner=runner)
+    assert len(res.records) == 12 and sorted(r.input.config.index for r in res.retimes) == [0, 0, 1, 1]
+    assert runner.measured[:12] == list(range(12)) and sorted(runner.measured[12:]) == [0, 0, 1, 1]
+    assert res.best.input.config.index == 1 and res.timings(res.best) == 3
+    logged = [r.input.config.index for r in load_records(log)]
+    assert logged == runner.measured  # re-timings are records of the same config in the log
+    assert best_record(load_records(log)).input.config.index == 1  # `autotune best` / build agree
+
+
+def test_retiming_resumes_and_is_not_repeated(tmp_path, small_matmul):
+    log = tmp_path / "l.jsonl"
+    first = SimulatedRunner(_lucky({0: 0.95e-3, 1: 1.0e-3}))
+    tune(small_matmul, trials=8, tuner="grid", log=log, template=TINY, builder=FakeBuilder(), runner=first, retime=1)
+    assert sorted(first.measured[8:]) == [0, 1]
+    second = SimulatedRunner(_cost)
+    res = tune(small_matmul, trials=8, tuner="grid", log=log, template=TINY, builder=FakeBuilder(), runner=second)
+    assert sorted(second.measured) == [0, 1] and res.resumed == 8  # only the missing round, no new trial
+    third = SimulatedRunner(_cost)
+    res = tune(small_matmul, trials=8, tuner="grid", log=log, template=TINY, builder=FakeBuilder(), runner=third)
+    assert third.measured == [] and len(res.retimes) == 4
+
+
+def test_a_config_failing_a_retiming_is_never_best(tmp_path, small_matmul):
+    calls = {0: 0}
+
+    def cost(cfg):  # config 0 is fastest but fails when timed again
+        if cfg.index == 0:
+            calls[0] += 1
+            return 1e-3 if calls[0] == 1 else None
+        return 1.05e-3 if cfg.index == 1 else 5e-3
+    res = tune(small_matmul, trials=6, tuner="grid", log=tmp_path / "l.jsonl", template=TINY,
+               builder=FakeBuilder(), runner=SimulatedRunner(cost))
+    assert res.best.input.config.index == 1 and res.errors == 0  # errors counts trials only
 
 
 def test_space_exhaustion_and_early_stopping(tmp_path, small_matmul):
     size = len(resolve(TINY).define_space(small_matmul))
     res = tune(small_matmul, trials=size + 50, tuner="grid", log=tmp_path / "a.jsonl", template=TINY,
-               builder=FakeBuilder(), runner=SimulatedRunner(_cost))
+               builder=FakeBuilder(), runner=SimulatedRunner(_cost), retime=0)
     assert len(res.records) == size
     res = tune(small_matmul, trials=40, tuner="grid", log=tmp_path / "b.jsonl", template=TINY, batch_size=4,
                early_stopping=8, builder=FakeBuilder(), runner=SimulatedRunner(lambda c: 1.0))

@@ -67,7 +67,7 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
                               max_kernels=args.max_ukernels, seed=args.seed, batch_size=args.batch_size,
                               tuner_options=options, runner_options=runner_options, build_timeout=args.build_timeout,
                               progress=lambda h, r: bar[-1].update(r) if bar else None, on_start=start,
-                              transfer=transfer)
+                              transfer=transfer, retime=args.retime)
     finally:
         if bar:
             bar.pop().__exit__(None, None, None)

@@ -22,6 +22,7 @@ from typing import Any
 from ..measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions
 from ..measure_types import MeasureInput
 from ..records import LogWriter, Record
+from ..retime import RETIMES
 from ..space import ConfigSpace
 from ..tune import TuneResult, resumable_records, tune
 from ..version import versions
@@ -74,13 +75,15 @@ def tune_dynamic(spec: DynamicSpec, trials: int = 64, log: str | Path | None = N
                  runner_options: RunnerOptions | None = None, builder: Builder | None = None,
                  runner: Runner | None = None, build_timeout: float = 60.0, transfer: list[Record] | None = None,
                  progress: Callable[[int, TuneResult], None] | None = None,
-                 on_start: Callable[[int, int], None] | None = None) -> DynamicTuneResult:
+                 on_start: Callable[[int, int], None] | None = None, retime: int = RETIMES) -> DynamicTuneResult:
     """Rank uKernel heights analytically, then tune the chosen ones (resumable from `log`).
 
     trials: budget of the tallest uKernel; ukernel_trials: of each other one (default trials/8, >= 2).
     heights: tune these instead of the ranked choice. transfer: records of other tasks; the tallest
     uKernel measures a quarter of its budget mapped from their best and (xgb) pre-trains on them.
-    progress(height, result) after each batch; on_start(height, budget) before each uKernel.
+    progress(height, result) after each batch; on_start(height, budget) before each uKernel. retime: how many
+    more times the tallest uKernel's contenders are timed (`autotune.retime`; the smaller ones measure too few
+    configs for it to pay).
     """
     import search_spaces
 
@@ -109,7 +112,7 @@ def tune_dynamic(spec: DynamicSpec, trials: int = 64, log: str | Path | None = N
                 options.setdefault("transfer", list(done or others))
             result = tune(task, trials=budget, tuner=tuner, log=log_path, seed=seed, batch_size=batch_size,
                           template=search_spaces.ukernel_template_ref(task.op, task.target_kind),
-                          tuner_options=options, builder=builder, runner=runner,
+                          tuner_options=options, builder=builder, runner=runner, retime=retime if n == 0 else 0,
                           progress=(lambda r, h=height: progress(h, r)) if progress else None)
             done += result.records
             out.ukernels.append(UKernelTuning(height, budget, seeded, result, time.perf_counter() - t1))
@@ -132,7 +135,7 @@ def _measure_seeds(task, donors: list[Record], n: int, log: Path, builder: Build
     space = tmpl.define_space(task)
     measured = {r.input.config.index for r in have}
     donors = [r for r in donors if r.input.template == ref and r.task.op == task.op]
-    seeds = [i for i in mapped_configs(space, donors, n) if i not in measured][:max(0, n - len(have))]
+    seeds = [i for i in mapped_configs(space, donors, n) if i not in measured][:max(0, n - len(measured))]
     if not seeds:
         return 0
     inputs = [MeasureInput(task, space.get(i), ref) for i in seeds]

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..cli_args import add_search_arguments
 from ..errors import AutotuneError
 
 MODEL_HELP = "path/to/file.py:factory (returns (module, example_inputs)) or a saved torch.export .pt2"
@@ -34,10 +35,7 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--repeat", type=int, default=3)
     t.add_argument("--min-repeat-ms", type=float, default=100.0)
     t.add_argument("--compile", action="store_true", help=COMPILE_HELP)
-    t.add_argument("--features", default="loop", choices=["loop", "knob"], help="xgb: cost model features")
-    t.add_argument("--transfer", nargs="*", metavar="LOG",
-                   help="xgb: logs of other tasks to pre-train on, besides the model's other tasks (default: the "
-                        "other logs beside --log); give no LOG to turn transfer off")
+    add_search_arguments(t, "the other logs beside --log, and the model's other tasks so far")
     t.set_defaults(handler=cmd_tune_model)
 
     b = subparsers.add_parser("build", help="compile a model with the best schedules in logs")
@@ -93,7 +91,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     try:
         result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
                             round_trials=args.round_trials, seed=args.seed, builder=builder, runner=runner,
-                            via="compile" if args.compile else "auto", transfer=args.transfer,
+                            via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
                             tuner_options={"features": args.features} if args.tuner == "xgb" else None)
     finally:
         builder.close()

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AutotuneError
-from ..records import Record
+from ..records import Record, split_retimes
+from ..retime import RETIMES
 from ..task import Task
 from .extract import extract_tasks
 
@@ -35,9 +36,12 @@ class TaskState:
     best_history: list[float] = field(default_factory=list)  # best seconds after each trial (inf: none yet)
     exhausted: bool = False
     records: list[Record] = field(default_factory=list, repr=False)  # its records so far (transfer to the others)
+    retimed_best: float | None = None  # once its contenders are re-timed: the best config's median seconds
 
     @property
     def best(self) -> float:
+        if self.retimed_best is not None:
+            return self.retimed_best
         return self.best_history[-1] if self.best_history else math.inf
 
     def add(self, records: list[Record]) -> None:
@@ -100,7 +104,7 @@ def _resume(states: list[TaskState], log: Path) -> None:
 
     for s in states:
         ref = search_spaces.default_template_ref(s.task.op, s.task.target_kind)
-        s.add(resumable_records(log, s.task, ref, search_spaces.resolve(ref).version))
+        s.add(split_retimes(resumable_records(log, s.task, ref, search_spaces.resolve(ref).version))[0])
 
 
 def _xgb_options(states: list[TaskState], log: Path, transfer: Sequence[str] | None,
@@ -130,7 +134,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
                tune_fn: Callable[..., Any] | None = None, builder: Any = None, runner: Any = None,
                progress: Callable[[str], None] | None = None, via: str = "auto",
                transfer: Sequence[str] | None = None, tuner_options: dict[str, Any] | None = None,
-               **tune_kwargs: Any) -> ModelTuneResult:
+               retime: int = RETIMES, **tune_kwargs: Any) -> ModelTuneResult:
     """Tune every task of the model until `trials` trials in total are in the log (resumable).
 
     `tune_fn` defaults to `autotune.tune.tune`; `builder`/`runner` are shared by all rounds
@@ -138,6 +142,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
     extracted (see `extract_tasks`). With the xgb tuner, each round's cost model is pre-trained on the
     records of the model's other tasks so far and on the logs `transfer` names (None: the other logs beside
     `log`, as `autotune tune` does; [] turns transfer off); `tuner_options` go to the tuner as they are.
+    Once the budget is spent, each task's contenders are timed `retime` more times (see `autotune.retime`).
     """
     from ..measure import LocalBuilder, LocalRunner
     from ..tune import ensure_measurable, tune
@@ -172,7 +177,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
             before = state.trials
             result = tune_fn(state.task, trials=before + want, tuner=tuner, log=log, seed=seed + before,
                              batch_size=want, builder=builder, runner=runner, tuner_options=options_for(state),
-                             **tune_kwargs)
+                             retime=0, **tune_kwargs)
             new = result.records[before:] if len(result.records) >= before else []
             state.add(list(new))
             if not new or result.stopped == "search space exhausted":
@@ -180,6 +185,13 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
             best = f"{state.best * 1e3:.4f} ms" if math.isfinite(state.best) else "none valid"
             say(f"[{sum(s.trials for s in states)}/{trials}] {state.task} x{state.weight}: "
                 f"+{len(new)} trials, best {best}")
+        if retime:
+            say(f"timing each task's best configs {retime} more times")
+        for state in states if retime else []:
+            if state.trials:  # its trials are all in the log: tune() only re-times
+                best = tune_fn(state.task, trials=state.trials, tuner=tuner, log=log, seed=seed, builder=builder,
+                               runner=runner, retime=retime, **tune_kwargs).best
+                state.retimed_best = best.result.mean_s if best is not None else None
     finally:
         if own_builder:
             builder.close()

@@ -104,7 +104,7 @@ class XGBTuner:
                  transfer: Iterable[Record] = (), cost_model: str | None = None, batch_size: int | None = None,
                  objective: str = "rank", explore: float = 0.15, sa_chains: int = 16, sa_steps: int = 16,
                  sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1,
-                 transfer_halflife: int = 16, transfer_max_per_task: int = 512, n_rounds: int = 60, feature_workers: int = 0,
+                 transfer_halflife: int = 16, transfer_max_per_task: int = 512, n_rounds: int = 200, feature_workers: int = 0,
                  cache: FeatureCache | None = None):
         import search_spaces
         from cost_models.features import KINDS, FeatureCache

@@ -1,0 +1,43 @@
+"""Re-timing the contenders after the last trial, so that the best config is not a lucky timing.
+
+One timing of a kernel varies by about 5% here and the machine's speed drifts by as much within a minute,
+so the best of hundreds of single timings is partly luck (benchmarks/RESULTS.md, bench_search). After
+the last trial, the configs first measured within RETIME_SHARE of the best one (at most RETIME_TOP of
+them) are timed `rounds` more times, each round over all of them in a shuffled order, and
+`records.best_record` scores every config by the median of its timings. Re-timings are ordinary records
+of the same config in the log: a run stopped among them resumes with the rounds still missing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from .measure_types import MeasureInput
+from .records import Record, config_key
+
+RETIMES = 2  # default rounds: with the first timing, a median of 3
+RETIME_SHARE = 0.9  # contenders: first measured at >= 90% of the best first measurement's throughput
+RETIME_TOP = 8
+
+
+def contenders(trials: list[Record], share: float = RETIME_SHARE, top: int = RETIME_TOP) -> list[Record]:
+    """The valid trials first measured within `share` of the best one's throughput, fastest first."""
+    valid = sorted((r for r in trials if r.result.ok), key=lambda r: r.result.mean_s)
+    if not valid:
+        return []
+    bound = valid[0].result.mean_s / share
+    return [r for r in valid[:top] if r.result.mean_s <= bound]
+
+
+def next_round(trials: list[Record], retimes: list[Record], rounds: int, seed: int = 0) -> list[MeasureInput]:
+    """The contenders still short of `rounds` re-timings and timed the fewest times, in a shuffled order
+    (empty when every contender has its `rounds`)."""
+    done = Counter(config_key(r) for r in retimes)
+    short = [r for r in contenders(trials) if done[config_key(r)] < rounds]
+    if not short:
+        return []
+    fewest = min(done[config_key(r)] for r in short)
+    inputs = [r.input for r in short if done[config_key(r)] == fewest]
+    random.Random(seed + len(retimes)).shuffle(inputs)
+    return inputs
