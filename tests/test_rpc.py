@@ -102,7 +102,7 @@ def test_tuning_spreads_over_every_server(cluster, task, tmp_path, worker_env):
     runner = cluster.runner()
     try:
         assert runner.threads == 1  # what the servers run (TVM_NUM_THREADS=1)
-        res = tune(task, trials=12, tuner="random", template=TINY, log=tmp_path / "l.jsonl", runner=runner,
+        res = tune(task, trials=12, tuner="random", template=TINY, log=tmp_path / "l.jsonl", runner=runner, retime=0,
                    batch_size=4)
     finally:
         runner.close()
@@ -123,7 +123,7 @@ def test_killed_server_costs_the_run_nothing(cluster, task, tmp_path, worker_env
             os.killpg(victim.pid, signal.SIGKILL)
 
     try:
-        res = tune(task, trials=12, tuner="random", template=TINY, log=tmp_path / "l.jsonl", runner=runner,
+        res = tune(task, trials=12, tuner="random", template=TINY, log=tmp_path / "l.jsonl", runner=runner, retime=0,
                    batch_size=4, progress=kill_after_first_batch)
     finally:
         runner.close()
