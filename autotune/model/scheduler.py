@@ -187,8 +187,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
                 f"+{len(new)} trials, best {best}")
         if retime:
             say(f"timing each task's best configs {retime} more times")
-        for state in states if retime else []:
-            if state.trials:  # its trials are all in the log: tune() only re-times
+            for state in (s for s in states if s.trials):  # its trials are all in the log: tune() only re-times
                 best = tune_fn(state.task, trials=state.trials, tuner=tuner, log=log, seed=seed, builder=builder,
                                runner=runner, retime=retime, **tune_kwargs).best
                 state.retimed_best = best.result.mean_s if best is not None else None
