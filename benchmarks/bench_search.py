@@ -445,7 +445,7 @@ def main() -> None:
             f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
             f"--seeds {' '.join(map(str, args.seeds))}" + (f" --quality-trials {args.quality_trials} --ms-trials "
                                                    f"{args.ms_trials}" if args.quality_trials else "") +
-            f"`; {args.threads} threads; wall time of this invocation {time.time() - t0:.0f} s (runs found "
+            f"`; {args.threads} threads; wall time of this invocation up to the kernel-quality part {time.time() - t0:.0f} s (runs found "
             "complete in their logs are not measured again). Each config is measured once per task and every "
             "run replays that first measurement. Scores: a config's first measurement, except for the "
             f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found), which are "
@@ -465,8 +465,11 @@ def main() -> None:
     write_section("bench_search", "\n".join(body))  # written now too, in case the long part below is stopped
     print("\n".join(body), flush=True)
     if args.quality_trials:
+        from autotune.retime import RETIMES as RETIMES_TUNE
+
         body += ["", "### Kernel quality", "",
-                 f"The best config of a cold xgb run of {args.quality_trials} trials (loop features, no transfer), "
+                 f"The best config of a cold xgb run of {args.quality_trials} trials (loop features, no transfer; as "
+                 f"`autotune tune` does, its contenders re-timed {RETIMES_TUNE} more times, scored by the median), "
                  f"torch, and MetaSchedule's best after {args.ms_trials} trials (`tune_tir`, same target), all "
                  "on the same inputs, the TVM outputs checked against the reference. Each time is the least of 5 "
                  "rounds, the three timed one after the other in each round, each in a fresh process (median "
