@@ -260,11 +260,12 @@ def match_random_table(curves, trials: int) -> list[str]:
     for label, by_method in curves.items():
         if "random" not in by_method:
             continue
-        goal = float(np.mean([c[-1] for c in by_method["random"]]))
+        goal = float(np.mean([c[trials - 1] for c in by_method["random"]]))  # random may have run longer
         cells = []
         for m in methods:
-            t = trials_to_reach(list(np.mean(by_method[m], axis=0)), goal) if m in by_method else None
-            cells.append(f"{t} ({trials / t:.1f}x)" if t else f"> {trials}")
+            mean = list(np.mean(by_method[m], axis=0)) if m in by_method else []
+            t = trials_to_reach(mean, goal)
+            cells.append(f"{t} ({trials / t:.1f}x)" if t else f"> {len(mean)}")
         rows.append(f"| {label} | {goal:.0f} | " + " | ".join(cells) + " |")
     return rows
 
