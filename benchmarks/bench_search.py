@@ -446,9 +446,10 @@ def main() -> None:
             f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
             f"--seeds {' '.join(map(str, args.seeds))}" + (f" --quality-trials {args.quality_trials} --ms-trials "
                                                    f"{args.ms_trials}" if args.quality_trials else "") +
-            f"`; {args.threads} threads; wall time of this invocation up to the kernel-quality part {time.time() - t0:.0f} s (runs found "
-            "complete in their logs are not measured again). Each config is measured once per task and every "
-            "run replays that first measurement. Scores: a config's first measurement, except for the "
+            f"`; {args.threads} threads; wall time of this invocation up to the kernel-quality part "
+            f"{time.time() - t0:.0f} s (runs found complete in their logs are not measured again). Each config is "
+            "measured once per task and every run replays that first measurement. Scores: a config's first "
+            "measurement, except for the "
             f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found), which are "
             f"timed {RETIMES} more times after all runs (rounds over all contenders in a shuffled order) and scored "
             "by the median of those timings: one timing varies by about 5%, and the best of a thousand first "

@@ -24,33 +24,45 @@ from autotune.kernel import build_best
 from autotune.ops import random_inputs
 from autotune.target import to_tvm_target
 
-task = make_task("dense", "batch=128,in_features=768,out_features=3072")
-here = os.path.dirname(os.path.abspath(__file__))
-k = build_best(glob.glob(os.path.join(here, "work/search/dense-*/retimed/retimed.jsonl")), task)
-x, w = random_inputs(task.opdef, task.shape, task.dtype, 0)
-np.testing.assert_allclose(k(x, w), x @ w.T, rtol=1e-3, atol=1e-3)
-full = float(np.median(k.time(x, w, repeat=7)))
-print("best config", k.config.to_dict(), f"full kernel {full * 1e3:.3f} ms = {task.flops / full / 1e9:.0f} GFLOPS")
 
-N, K = 3072, 768
-jb = k.config["tile_j"][-1]
-dev = tvm.cpu(0)
-W = te.placeholder((N, K), "float32", name="W")
-for order in ("j-inner (as the template)", "k-inner"):
-    P = te.compute((N // jb, K, jb), lambda jo, kk, ji: W[jo * jb + ji, kk], name="P")
+def pack_kernel(n: int, k: int, jb: int, k_inner: bool, target):
+    """W [n, k] -> [n/jb, k, jb], scheduled as the dense template packs ("root"): strips of jb rows in parallel,
+    jb lanes vectorised; or (k_inner) row by row, 16 lanes of k at a time."""
+    W = te.placeholder((n, k), "float32", name="W")
+    P = te.compute((n // jb, k, jb), lambda jo, kk, ji: W[jo * jb + ji, kk], name="P")
     sch = tvm.s_tir.Schedule(te.create_prim_func([W, P]))
     jo, kk, ji = sch.get_loops(sch.get_sblock("P"))
-    if order.startswith("k"):
+    if k_inner:
         sch.reorder(jo, ji, kk)
         sch.vectorize(sch.split(kk, [None, 16])[1])
     else:
         sch.vectorize(ji)
     sch.parallel(jo)
-    ex = tvm.compile(sch.mod, target=to_tvm_target(task.target))
-    wt, pt = tvm.runtime.tensor(w, dev), tvm.runtime.empty((N // jb, K, jb), "float32", dev)
-    ex(wt, pt)
-    assert np.array_equal(pt.numpy(), w.reshape(N // jb, jb, K).transpose(0, 2, 1))
-    r = ex.mod.time_evaluator("main", dev, number=1, repeat=7, min_repeat_ms=200)(wt, pt)
-    t = float(np.median(r.results))
-    rest = f"; the kernel less this copy: {task.flops / (full - t) / 1e9:.0f} GFLOPS" if order.startswith("j") else ""
-    print(f"pack W alone, {order}: {t * 1e3:.3f} ms = {t / full:.0%} of the kernel{rest}")
+    return tvm.compile(sch.mod, target=target)
+
+
+def main() -> None:
+    task = make_task("dense", "batch=128,in_features=768,out_features=3072")
+    here = os.path.dirname(os.path.abspath(__file__))
+    kernel = build_best(glob.glob(os.path.join(here, "work/search/dense-*/retimed/retimed.jsonl")), task)
+    x, w = random_inputs(task.opdef, task.shape, task.dtype, 0)
+    np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-3, atol=1e-3)
+    full = float(np.median(kernel.time(x, w, repeat=7)))
+    print(f"best config {kernel.config.to_dict()}: {full * 1e3:.3f} ms = {task.flops / full / 1e9:.0f} GFLOPS")
+
+    (n, k), jb, dev = w.shape, kernel.config["tile_j"][-1], tvm.cpu(0)
+    wt, pt = tvm.runtime.tensor(w, dev), tvm.runtime.empty((n // jb, k, jb), "float32", dev)
+    for k_inner in (False, True):
+        ex = pack_kernel(n, k, jb, k_inner, to_tvm_target(task.target))
+        ex(wt, pt)
+        assert np.array_equal(pt.numpy(), w.reshape(n // jb, jb, k).transpose(0, 2, 1))
+        t = float(np.median(ex.mod.time_evaluator("main", dev, number=1, repeat=7, min_repeat_ms=200)(wt, pt).results))
+        if k_inner:
+            print(f"pack W alone, k inner: {t * 1e3:.3f} ms = {t / full:.0%} of the kernel")
+        else:
+            print(f"pack W alone, as the template (j inner): {t * 1e3:.3f} ms = {t / full:.0%} of the kernel; "
+                  f"the kernel less this copy: {task.flops / (full - t) / 1e9:.0f} GFLOPS")
+
+
+if __name__ == "__main__":
+    main()
