@@ -23,6 +23,7 @@ class Kernel:
     config: Config | None
     record: Record | None
     executable: Any
+    template: Any = None  # the Template of `config` (it may take constant operands relaid)
 
     @property
     def device(self):
@@ -38,8 +39,11 @@ class Kernel:
             raise AutotuneError(f"{self.task.op} expects inputs of shapes {shapes}, got "
                                 f"{[tuple(a.shape) for a in inputs]}")
         dev = self.device
+        arrays = [np.ascontiguousarray(a, dtype=self.task.dtype) for a in inputs]
+        if self.template is not None and self.config is not None:
+            arrays = self.template.kernel_inputs(self.task, self.config, arrays)
         out = tvm.runtime.empty(self.task.opdef.output_shape(self.task.shape), self.task.dtype, dev)
-        return [tvm.runtime.tensor(np.ascontiguousarray(a, dtype=self.task.dtype), dev) for a in inputs] + [out]
+        return [tvm.runtime.tensor(a, dev) for a in arrays] + [out]
 
     def __call__(self, *inputs: np.ndarray) -> np.ndarray:
         args = self._args(inputs)
@@ -60,12 +64,12 @@ def compile_config(task: Task, config_index: int | None, template_ref: str | Non
     import search_spaces
 
     if config_index is None:
-        mod, cfg = search_spaces.prim_func(task), None
+        mod, cfg, tmpl = search_spaces.prim_func(task), None, None
     else:
         tmpl = search_spaces.resolve(template_ref or search_spaces.default_template_ref(task.op, task.target_kind))
         cfg = tmpl.define_space(task).get(config_index)
         mod = tmpl.apply(task, cfg).mod
-    return Kernel(task, cfg, None, tvm.compile(mod, target=to_tvm_target(task.target)))
+    return Kernel(task, cfg, None, tvm.compile(mod, target=to_tvm_target(task.target)), tmpl)
 
 
 def build_best(log: str | os.PathLike | Sequence[str | os.PathLike], task: Task) -> Kernel:

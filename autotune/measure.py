@@ -83,8 +83,8 @@ class LocalRunner:
             if b.error is not None:
                 results.append(MeasureResult(None, b.error, b.message, b.build_s, now()))
                 continue
-            call = self._worker.call(measure_worker.run, (b.artifact, inp.task, o.repeat, o.min_repeat_ms,
-                                                          o.cache_flush), o.timeout)
+            call = self._worker.call(measure_worker.run, (b.artifact, inp.task, inp.template, inp.config.index,
+                                                          o.repeat, o.min_repeat_ms, o.cache_flush), o.timeout)
             results.append(_to_measure_result(call, b.build_s))
         return results
 

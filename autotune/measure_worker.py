@@ -57,16 +57,28 @@ def _reference(task: Task) -> tuple[list[np.ndarray], np.ndarray]:
     return inputs, task.opdef.reference(task.shape, inputs)
 
 
-def run(artifact: str, task: Task, repeat: int, min_repeat_ms: float,
-        cache_flush: bool) -> tuple[str | None, str, list[float]]:
-    """Load a kernel, check it against the numpy reference, then time it (seconds per call)."""
+def kernel_inputs(task: Task, template_ref: str | None, index: int | None,
+                  inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The op's inputs as config `index`'s kernel takes them (constant operands relaid, untimed);
+    as they are without a template."""
+    if template_ref is None or index is None:
+        return inputs
+    template, space = _template_and_space(task, template_ref)
+    return template.kernel_inputs(task, space.get(index), inputs)
+
+
+def run(artifact: str, task: Task, template_ref: str | None, index: int | None, repeat: int, min_repeat_ms: float,
+        cache_flush: bool, relaid: list[np.ndarray] | None = None) -> tuple[str | None, str, list[float]]:
+    """Load a kernel, check it against the numpy reference, then time it (seconds per call).
+    The kernel gets the task's inputs as config `index` of the template takes them, or `relaid`."""
     import tvm
 
     try:
         lib = tvm.runtime.load_module(artifact)
         dev = tvm.cuda(0) if task.target_kind == "cuda" else tvm.cpu(0)
         inputs, ref = _reference(task)
-        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        kernel_args = relaid if relaid is not None else kernel_inputs(task, template_ref, index, inputs)
+        args = [tvm.runtime.tensor(a, dev) for a in kernel_args]
         out = tvm.runtime.empty(ref.shape, task.dtype, dev)
         out.copyfrom(np.full(ref.shape, np.nan, dtype=task.dtype))  # stale output must not pass the check
         lib["main"](*args, out)

@@ -31,7 +31,7 @@ import numpy as np
 from .errors import AutotuneError
 from .measure import RunnerOptions
 from .measure_types import BuildResult, ErrorKind, MeasureInput, MeasureResult
-from .measure_worker import INPUT_SEED
+from .measure_worker import INPUT_SEED, kernel_inputs
 from .ops import check_output, random_inputs, reduction_size
 from .records import now
 from .rpc_services import request_server, tracker_status
@@ -229,6 +229,7 @@ class RPCRunner:
             return self._error(build, f"no RPC server under key {self.key} became free: {err}"), ""
         where = f"{server[0]}:{server[1]}"
         inputs, ref, reduction = self._reference(inp.task)
+        inputs = kernel_inputs(inp.task, inp.template, inp.config.index, inputs)
         o = self.options
         args = (server, self.session_timeout, build.artifact, inp.task.target_kind, inputs, ref, reduction,
                 o.repeat, o.min_repeat_ms, o.cache_flush)

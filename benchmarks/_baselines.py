@@ -15,14 +15,20 @@ def median_time(fn, repeat: int = 7, min_s: float = 0.2) -> float:
     return sorted(samples)[len(samples) // 2]
 
 
-def torch_fn(task, arrays):
-    """A zero-argument callable running the task's operator with torch on `arrays`."""
+def torch_fn(task, arrays, prepacked: bool = False):
+    """A zero-argument callable running the task's operator with torch on `arrays`. prepacked (dense):
+    oneDNN's linear on a weight reordered once, ahead (what torch does for inference with constant weights)."""
     import torch
     import torch.nn.functional as F
 
     p, ts = task.shape, [torch.from_numpy(a) for a in arrays]
     if task.op in ("matmul", "batch_matmul"):
         return lambda: torch.matmul(ts[0], ts[1])
+    if task.op == "dense" and prepacked:
+        w = torch.ops.mkldnn._reorder_linear_weight(ts[1], p["batch"])
+        linear = lambda: torch.ops.mkldnn._linear_pointwise(ts[0], w, None, "none", [], "")  # noqa: E731
+        assert torch.allclose(linear(), F.linear(ts[0], ts[1]), atol=1e-3), "oneDNN prepacked linear is wrong"
+        return linear
     if task.op == "dense":
         return lambda: F.linear(ts[0], ts[1])
     if task.op == "conv2d":
@@ -40,8 +46,13 @@ def _fast_build(mod, target, _params):
     return tvm.tirx.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
-def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0):
-    """Tune the task's PrimFunc with MetaSchedule (tune_tir) for `trials`; returns the compiled best or None."""
+def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0, layout_free: tuple[int, ...] = ()):
+    """Tune the task's PrimFunc with MetaSchedule (tune_tir) for `trials`: (compiled best, relay) or None.
+
+    layout_free: operands that are constant (a weight), which MetaSchedule may then take in a layout of its
+    choice (its layout rewrite, as for a weight in a model). The kernel is compiled without the rewrite
+    block, and relay(inputs) gives its inputs with those operands in its layout (identity without them).
+    """
     import sys
 
     import cloudpickle
@@ -53,20 +64,41 @@ def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # builder workers cannot import benchmarks/
     from autotune.target import host_cores, to_tvm_target
 
-    mod = tvm.IRModule({"main": search_spaces.prim_func(task)})
+    func = search_spaces.prim_func(task)
+    if layout_free:
+        func = func.with_attr("layout_free_buffers", list(layout_free))
+    mod = tvm.IRModule({"main": func})
     target = to_tvm_target(task.target)
     records = os.path.join(work_dir, "database_tuning_record.json")
     if os.path.exists(records) and sum(1 for _ in open(records)) >= trials:  # tuned before: reuse its database
         db = ms.database.JSONDatabase(os.path.join(work_dir, "database_workload.json"), records)
-        sch = ms.tir_integration.compile_tir(db, mod, target)
-        return None if sch is None else tvm.compile(sch.mod, target=target)
-    db = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials, num_trials_per_iter=32,
-                     builder=ms.builder.LocalBuilder(f_build=_fast_build, max_workers=host_cores(), timeout_sec=120),
-                     runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
-                         number=3, repeat=1, min_repeat_ms=100, enable_cpu_cache_flush=False)),
-                     num_tuning_cores=host_cores(), seed=seed)
+    else:
+        db = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials, num_trials_per_iter=32,
+                         builder=ms.builder.LocalBuilder(f_build=_fast_build, max_workers=host_cores(),
+                                                         timeout_sec=120),
+                         runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
+                             number=3, repeat=1, min_repeat_ms=100, enable_cpu_cache_flush=False)),
+                         num_tuning_cores=host_cores(), seed=seed)
     sch = ms.tir_integration.compile_tir(db, mod, target)
-    return None if sch is None else tvm.compile(sch.mod, target=target)
+    if sch is None:
+        return None
+    maps = _layout_rewrites(sch)
+    if not maps:
+        return tvm.compile(sch.mod, target=target), lambda inputs: list(inputs)
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from search_spaces.base import relayout_array
+
+    kernel = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
+    names = [p.name for p in func.params]
+
+    def relay(inputs):
+        out = list(inputs)
+        for name, index_map in maps.items():
+            out[names.index(name)] = relayout_array(inputs[names.index(name)], index_map)
+        return out
+
+    return tvm.compile(kernel, target=target), relay
 
 
 def best_of(fns, rounds: int = 3) -> list[float]:
@@ -92,3 +124,33 @@ def isolated_best_of(commands, rounds: int = 3) -> list[float]:
             out = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, check=True)
             best[i] = min(best[i], float(out.stdout.strip().splitlines()[-1]))
     return best
+
+
+def _layout_rewrites(sch) -> dict:
+    """{operand name: index map (numpy)} of MetaSchedule's layout-rewrite blocks (children of the root block)."""
+    from tvm.tirx import expr as E
+
+    def value(expr, env):  # an index expression of the block's iter vars, on numpy index arrays
+        if isinstance(expr, E.IntImm):
+            return int(expr.value)
+        if isinstance(expr, E.Var):
+            return env[expr]
+        a, b = value(expr.a, env), value(expr.b, env)
+        ops = {E.Add: lambda: a + b, E.Sub: lambda: a - b, E.Mul: lambda: a * b, E.FloorDiv: lambda: a // b,
+               E.FloorMod: lambda: a % b}
+        return ops[type(expr)]()
+
+    def buffer(region):
+        return region.source if hasattr(region, "source") else region.buffer
+
+    maps = {}
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(rv)
+        if not block.annotations.get("meta_schedule.layout_rewrite_preproc"):
+            continue
+        [src], [dst] = block.reads, block.writes
+        iters = [iv.var for iv in block.iter_vars]
+        assert [str(r.min) for r in src.region] == [str(v) for v in iters], "rewrite block reads its operand permuted"
+        maps[buffer(src).name] = lambda *idx, it=iters, r=dst.region: tuple(value(d.min, dict(zip(it, idx)))
+                                                                            for d in r)
+    return maps

@@ -10,9 +10,39 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
+
+import numpy as np
 
 from autotune.space import Config, ConfigSpace
 from autotune.task import Task
+
+
+@dataclass(frozen=True)
+class Relayout:
+    """The kernel takes operand `arg` in another layout: kernel_arg[index_map(*i)] = operand[i].
+
+    For an operand that is constant where the kernel runs (a layer's weight): it is relaid once,
+    at build time in a whole-model build and outside the timed call when a candidate is measured.
+    `index_map` must be a bijection onto its new shape and work on numpy integer arrays.
+    """
+
+    arg: int
+    index_map: Callable[..., tuple]
+
+
+def relayout_array(array: np.ndarray, index_map: Callable[..., tuple]) -> np.ndarray:
+    """`array` in the layout `index_map` sends each of its indices to."""
+    new = index_map(*np.indices(array.shape, sparse=False))
+    out = np.empty(tuple(int(ix.max()) + 1 for ix in new), dtype=array.dtype)
+    if out.size != array.size:
+        raise ValueError(f"relayout {array.shape} -> {out.shape} is not a bijection")
+    out[new] = array
+    return out
+
+
+def _no_relayouts(task: Task, config: Config) -> tuple[Relayout, ...]:
+    return ()
 
 
 @dataclass(frozen=True)
@@ -20,7 +50,9 @@ class Template:
     """A schedule template. `define_space` and `apply` are plain functions of the task.
 
     `apply(task, config)` returns a `tvm.s_tir.Schedule` of the task's PrimFunc (the one
-    `prim_func(task)` builds); it raises (any exception) when the config is not legal.
+    `prim_func(task)` builds); it raises (any exception) when the config is not legal. A schedule
+    may take some operands in another layout (a weight packed ahead of time): `relayouts` says
+    which and how, and `kernel_inputs` relays them.
     """
 
     name: str
@@ -28,6 +60,14 @@ class Template:
     target_kind: str
     define_space: Callable[[Task], ConfigSpace]
     apply: Callable[[Task, Config], object]
+    relayouts: Callable[[Task, Config], tuple[Relayout, ...]] = _no_relayouts  # operands `apply` takes relaid
+
+    def kernel_inputs(self, task: Task, config: Config, inputs: list[Any]) -> list[Any]:
+        """The op's inputs (numpy arrays) as the scheduled kernel of `config` takes them."""
+        out = list(inputs)
+        for r in self.relayouts(task, config):
+            out[r.arg] = relayout_array(np.asarray(inputs[r.arg]), r.index_map)
+        return out
 
     @cached_property
     def version(self) -> str:

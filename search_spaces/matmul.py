@@ -4,7 +4,8 @@ Structure (SRSRS): parallel fused [batch] x i0 x j0 tiles; k0 cache blocking; mi
 (order is a knob); k1; register tile i2 x j2 with j2 vectorised (a multiple of 16 lanes when
 N allows). The accumulator C_global is written back per outer tile. The B operand can be
 packed into a tile-contiguous layout [.., N/j2, K, j2], all up front ("root") or one outer
-tile's panel at a time inside the parallel loop ("tile"); dense W [N, K] needs it most.
+tile's panel at a time inside the parallel loop ("tile"). Dense's W [N, K] is a layer's weight:
+its kernel takes W already in that layout ("pre"), packed once at build time (`Relayout`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
-from .base import Template, gemm_schedule
+from .base import Relayout, Template, gemm_schedule
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -41,11 +42,11 @@ class Gemm:
     batch: str | None = None
     b_name: str = "B"  # the second operand's buffer name
     b_transposed: bool = False  # B operand stored [N, K] (dense) instead of [K, N]
-    pack_choices: tuple[str, ...] = ("none", "root", "tile")
+    pack_choices: tuple[str, ...] = ("none", "root", "tile")  # "pre": B arrives packed (a constant weight)
 
 
 MATMUL = Gemm("M", "N", "K")
-DENSE = Gemm("batch", "out_features", "in_features", b_name="W", b_transposed=True, pack_choices=("tile", "root", "none"))
+DENSE = Gemm("batch", "out_features", "in_features", b_name="W", b_transposed=True, pack_choices=("pre",))
 BATCH_MATMUL = Gemm("M", "N", "K", batch="B", b_name="Bm")
 # A uKernel of a dynamic-shape matmul runs many times per call on row blocks of A: packing B in
 # each call would repeat the same copy, so its template reads B in place.
@@ -68,13 +69,15 @@ def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
 def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
     """Build the schedule of one config (raises on an illegal one)."""
     sch, blk, outer_b, i, j, k = gemm_schedule(task)
+    if cfg["pack_b"] == "pre":
+        sch.transform_layout(blk, gemm.b_name, _packed_index_map(gemm, cfg["tile_j"][-1]))
     i0, i1, i2 = split(sch, i, cfg["tile_i"])
     j0, j1, j2 = split(sch, j, cfg["tile_j"])
     k0, k1 = split(sch, k, cfg["tile_k"])
     mid = (i1, j1) if cfg["mid_order"] == "ij" else (j1, i1)
     sch.reorder(*outer_b, i0, j0, k0, *mid, k1, i2, j2)
     acc = sch.cache_write(blk, 0, "global")
-    packed = _pack_b(sch, blk, gemm, cfg["tile_j"][-1]) if cfg["pack_b"] != "none" else None
+    packed = _pack_b(sch, blk, gemm, cfg["tile_j"][-1]) if cfg["pack_b"] in ("root", "tile") else None
     outer = parallel_fused(sch, [*outer_b, i0, j0])
     sch.reverse_compute_at(acc, outer)
     sch.unroll(i2)
@@ -82,33 +85,41 @@ def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
     decompose(sch, blk, k0)
     vectorize_inner(sch, acc, max(VECTOR_LANES, cfg["tile_j"][-1]))
     if cfg["pack_b"] == "root":
-        _parallel_pack(sch, packed, gemm, cfg["tile_j"][-1])
+        _parallel_pack(sch, packed, cfg["tile_j"][-1])
     elif cfg["pack_b"] == "tile":  # pack just the outer tile's panel of B, cache-hot for the tile
         sch.compute_at(packed, outer)
-        if not gemm.b_transposed:
-            vectorize_inner(sch, packed, VECTOR_LANES)
+        vectorize_inner(sch, packed, VECTOR_LANES)
     annotate_unroll(sch, outer, cfg["auto_unroll"])
     return sch
 
 
-def _pack_b(sch, blk, gemm: Gemm, jb: int):
-    """Copy the B operand into [.., N/jb, K, jb] so a register tile's row of B is contiguous."""
-    packed = sch.cache_read(blk, gemm.b_name, "global")
+def _packed_index_map(gemm: Gemm, jb: int):
+    """B's index -> its index in [.., N/jb, K, jb], where a register tile's row of B is contiguous."""
     if gemm.b_transposed:
-        index_map = lambda jj, kk: (jj // jb, kk, jj % jb)  # noqa: E731  W[N, K]
-    elif gemm.batch:
-        index_map = lambda b, kk, jj: (b, jj // jb, kk, jj % jb)  # noqa: E731
-    else:
-        index_map = lambda kk, jj: (jj // jb, kk, jj % jb)  # noqa: E731
-    sch.transform_layout(packed, ("write", 0), index_map)
+        return lambda jj, kk: (jj // jb, kk, jj % jb)  # W[N, K]
+    if gemm.batch:
+        return lambda b, kk, jj: (b, jj // jb, kk, jj % jb)
+    return lambda kk, jj: (jj // jb, kk, jj % jb)
+
+
+def _pack_b(sch, blk, gemm: Gemm, jb: int):
+    """Copy the B operand into its packed layout, in the kernel (B is not constant)."""
+    packed = sch.cache_read(blk, gemm.b_name, "global")
+    sch.transform_layout(packed, ("write", 0), _packed_index_map(gemm, jb))
     return packed
 
 
-def _parallel_pack(sch, packed, gemm: Gemm, jb: int) -> None:
+def gemm_relayouts(gemm: Gemm, cfg: Config) -> tuple[Relayout, ...]:
+    """Operand 1 arrives packed when the config says "pre"."""
+    if cfg["pack_b"] != "pre":
+        return ()
+    return (Relayout(1, _packed_index_map(gemm, cfg["tile_j"][-1])),)
+
+
+def _parallel_pack(sch, packed, jb: int) -> None:
     """Run the packing copy as its own loop nest [batch, j/jb (parallel), k, jb (vectorised)]."""
     loops = sch.get_loops(packed)
-    batch, (a, b) = loops[:-2], loops[-2:]
-    jj, kk = (a, b) if gemm.b_transposed else (b, a)
+    batch, (kk, jj) = loops[:-2], loops[-2:]
     jo, ji = split(sch, jj, (int(sch.get(jj).extent) // jb, jb))
     sch.reorder(*batch, jo, kk, ji)
     parallel_fused(sch, [*batch, jo])
@@ -141,8 +152,13 @@ def dense_space(task: Task) -> ConfigSpace:
 
 
 def dense_apply(task: Task, cfg: Config):
-    """Schedule of one dense config."""
+    """Schedule of one dense config (W taken packed, see `dense_relayouts`)."""
     return apply_gemm(DENSE, task, cfg)
+
+
+def dense_relayouts(task: Task, cfg: Config) -> tuple[Relayout, ...]:
+    """W [N, K] -> [N/j2, K, j2]: packed once, ahead of the calls."""
+    return gemm_relayouts(DENSE, cfg)
 
 
 def batch_matmul_space(task: Task) -> ConfigSpace:
@@ -157,5 +173,5 @@ def batch_matmul_apply(task: Task, cfg: Config):
 
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply)
 MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply)
-DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply)
+DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply, dense_relayouts)
 BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply)

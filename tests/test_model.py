@@ -48,17 +48,40 @@ def test_extract_convnet(conv_captured):
         _expect("conv2d", 1, N=1, C=3, H=16, W=16, K=16, R=3, S=3, stride=1, padding=1, dilation=1),
         _expect("depthwise_conv2d", 1, N=1, C=16, H=16, W=16, R=3, S=3, stride=2, padding=1),
         _expect("conv2d", 2, N=1, C=16, H=8, W=8, K=16, R=3, S=3, stride=1, padding=1, dilation=1),
-        _expect("matmul", 1, M=1, N=10, K=16),
+        _expect("dense", 1, batch=1, in_features=16, out_features=10),  # the classifier: a linear layer
     ])
 
 
 def test_extract_attention_folds_batch_dims(attn_captured):
     _, _, cap = attn_captured
     assert _summary(extract_tasks(cap)) == sorted([
-        _expect("matmul", 1, M=16, N=96, K=32),  # qkv: [1,16,32] @ [32,96], batch folded into M
+        _expect("dense", 1, batch=16, in_features=32, out_features=96),  # qkv: [1,16,32] @ W^T, batch folded
         _expect("batch_matmul", 2, B=2, M=16, N=16, K=16),  # q@k^T and att@v: [1,2,16,*] -> B=2
-        _expect("matmul", 1, M=16, N=32, K=32),
+        _expect("dense", 1, batch=16, in_features=32, out_features=32),
     ])
+
+
+class _Bilinear(torch.nn.Module):
+    """x @ W^T with W a parameter (a dense task) and x @ y with y an input (stays a matmul)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(24, 16))
+
+    def forward(self, x, y):
+        return x @ self.w.t() @ y
+
+
+def test_only_a_constant_weight_makes_a_dense_task():
+    model, inputs = _Bilinear().eval(), (torch.randn(8, 16), torch.randn(24, 12))
+    cap = capture(model, inputs)
+    assert _summary(extract_tasks(cap)) == sorted([
+        _expect("dense", 1, batch=8, in_features=16, out_features=24),
+        _expect("matmul", 1, M=8, N=12, K=24),
+    ])
+    built = build_model(cap)
+    with torch.no_grad():
+        np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_extract_from_factory_and_pt2(tmp_path):
@@ -259,6 +282,18 @@ def test_export_db_round_trip_and_legalized_mismatch(conv_captured, tmp_path, wo
     with pytest.raises(Exception, match="StructuralEqual check failed") as info:
         tvm.ir.assert_structural_equal(conv.with_attr("global_symbol", "main"), search_spaces.prim_func(task))
     print(str(info.value).splitlines()[0])  # the first difference, shown with -s
+
+
+def test_export_db_leaves_out_kernels_with_a_relaid_weight(tmp_path):
+    from autotune.model.export_db import export_database
+    from autotune.tune import tune
+
+    task = make_task("dense", {"batch": 4, "in_features": 16, "out_features": 32})
+    tune(task, trials=2, tuner="random", log=tmp_path / "d.jsonl", builder=FakeBuilder(),
+         runner=SimulatedRunner(lambda cfg: 1e-3), retime=0)
+    [skipped] = export_database([tmp_path / "d.jsonl"], tmp_path / "db")
+    assert skipped.task.key == task.key and "relaid" in skipped.skipped
+    assert not (tmp_path / "db" / "database_tuning_record.json").read_text().strip()
 
 
 # ---- CLI ----------------------------------------------------------------------------------

@@ -51,13 +51,13 @@ def _is_legal(cfg: Config) -> bool:
     return not (cfg.knobs.get("vec_axis") == "c" and cfg.knobs.get("input_at") == "inline")
 
 
-def _run(task: Task, sch) -> str | None:
+def _run(task: Task, sch, template=None, cfg=None) -> str | None:
     """Compile and run a schedule; None when the output matches the numpy reference."""
     import tvm
 
     ex = tvm.compile(sch.mod, target=to_tvm_target(task.target))
     inputs = random_inputs(task.opdef, task.shape, task.dtype)
-    args = [tvm.runtime.tensor(x) for x in inputs]
+    args = [tvm.runtime.tensor(x) for x in (template.kernel_inputs(task, cfg, inputs) if template else inputs)]
     out = tvm.runtime.empty(task.opdef.output_shape(task.shape), task.dtype)
     ex(*args, out)
     ref = task.opdef.reference(task.shape, inputs)
@@ -74,7 +74,7 @@ def test_random_configs_match_reference(op: str, shape: str) -> None:
     legal = [c for c in legal if _is_legal(c)][:CONFIGS_PER_CASE]
     assert legal
     for cfg in legal:
-        err = _run(task, template.apply(task, cfg))
+        err = _run(task, template.apply(task, cfg), template, cfg)
         assert err is None, f"{cfg.knobs}: {err}"
 
 
@@ -126,13 +126,19 @@ def test_matmul_schedule_structure() -> None:
     assert "pragma_auto_unroll_max_step" not in _template(task).apply(task, no_unroll).mod.script()
 
 
-def test_dense_packs_weight_tile_contiguous() -> None:
+def test_dense_takes_weight_packed_ahead() -> None:
     task = _task("dense", "batch=8,in_features=32,out_features=64")
-    space = _template(task).define_space(task)
-    cfg = _config(space, tile_j=(1, 2, 32), pack_b="root")
-    script = _template(task).apply(task, cfg).mod.script()
-    assert "W_global = T.sblock_alloc_buffer((2, 32, 32))" in script
-    assert _run(task, _template(task).apply(task, cfg)) is None
+    template = _template(task)
+    space = template.define_space(task)
+    cfg = _config(space, tile_j=(1, 2, 32), pack_b="pre")
+    script = template.apply(task, cfg).mod.script()
+    assert "W: T.Buffer((2, 32, 32)" in script and "W_global" not in script  # no copy inside the kernel
+    x, w = random_inputs(task.opdef, task.shape, task.dtype)
+    packed = template.kernel_inputs(task, cfg, [x, w])[1]
+    assert np.array_equal(packed, w.reshape(2, 32, 32).transpose(0, 2, 1))  # [N/32, K, 32]
+    assert _run(task, template.apply(task, cfg), template, cfg) is None
+    with pytest.raises(ValueError, match="W"):  # W in its own layout is refused
+        _run(task, template.apply(task, cfg))
 
 
 def test_conv2d_packed_variant_structure() -> None:

@@ -59,7 +59,7 @@ def test_data_dependent_branch_both_ways_on_tvm():
             _same(fn(inp), model(inp))
     assert not _fallbacks(record), [str(w.message) for w in record]
     assert tb.STATS.graphs >= 2 and tb.STATS.builds >= 2 and tb.STATS.fallbacks == 0
-    assert all(any(k.task.op == "matmul" for k in b.report.kernels) for b in tb.builds())
+    assert all(any(k.task.op == "dense" for k in b.report.kernels) for b in tb.builds())
 
 
 def test_print_and_item_graph_breaks(capsys):
@@ -178,7 +178,7 @@ def test_bad_option_is_reported():
 
 def test_tuned_log_is_applied(tmp_path):
     model, (x,) = branchy()
-    task = make_task("matmul", {"M": 4, "N": 8, "K": 16})  # the last linear
+    task = make_task("dense", {"batch": 4, "in_features": 16, "out_features": 8})  # the last linear
     log = tmp_path / "tuned.jsonl"
     result = tune(task, trials=6, tuner="random", log=log, builder=FakeBuilder(),
                   runner=SimulatedRunner(lambda cfg: 1e-3 / (1 + cfg.index % 5)))
@@ -195,7 +195,7 @@ def test_extract_through_compile_merges_graphs_with_weights():
     model, inputs = print_item()
     collected = collect_tasks(model, inputs)
     assert collected.graphs >= 2 and collected.skipped == []
-    mm = make_task("matmul", {"M": 4, "N": 16, "K": 16})
+    mm = make_task("dense", {"batch": 4, "in_features": 16, "out_features": 16})
     assert [(t.key, w) for t, w in collected.tasks] == [(mm.key, 2)]  # a and b, in two graphs
     assert math.isclose(sum(t.flops * w for t, w in collected.tasks), 2 * 2 * 4 * 16 * 16)
 
@@ -206,13 +206,13 @@ def test_tune_model_through_compile(tmp_path):
     fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-3)}
     result = tune_model("tests/compile_models.py:print_item", trials=8, log=tmp_path / "m.jsonl", tuner="random",
                         round_trials=8, progress=lambda m: None, via="compile", **fake)
-    assert [(s.task.op, s.weight, s.trials) for s in result.states] == [("matmul", 2, 8)]
+    assert [(s.task.op, s.weight, s.trials) for s in result.states] == [("dense", 2, 8)]
 
 
 def test_extract_auto_falls_back_to_compile(capsys):
     tasks = extract_tasks("tests/compile_models.py:branchy")  # export fails on the branch
     assert "torch.export failed" in capsys.readouterr().err
-    got = sorted((t.shape["N"], w) for t, w in tasks)
+    got = sorted((t.shape["out_features"], w) for t, w in tasks)
     model, (x,) = branchy()
     assert got == ([(8, 1), (16, 2)] if torch.relu(model.inp(x)).mean() > 0.2 else [(8, 1), (16, 1)])
     with pytest.raises(Exception, match="torch.export failed"):

@@ -117,3 +117,17 @@ def test_real_tuning_end_to_end(tmp_path, small_matmul, worker_env):
     a, b = random_inputs(small_matmul.opdef, small_matmul.shape, "float32", seed=5)
     assert abs(kernel(a, b) - a @ b).max() < 1e-4
     assert kernel.config.index == res.best.input.config.index and min(kernel.time(a, b, repeat=2)) > 0
+
+
+def test_dense_weight_is_relaid_for_the_runner_and_the_kernel(tmp_path, worker_env):
+    """Dense kernels take W packed ahead: the runner relays it outside the timed call (every trial passes
+    the correctness check), and a built kernel takes W in its own layout."""
+    from autotune import build_best, make_task
+    from autotune.ops import random_inputs
+
+    task = make_task("dense", {"batch": 16, "in_features": 64, "out_features": 96})
+    res = tune(task, trials=4, tuner="random", log=tmp_path / "d.jsonl", batch_size=4, retime=0)
+    assert res.errors == 0 and all(r.input.config["pack_b"] == "pre" for r in res.records)
+    kernel = build_best(tmp_path / "d.jsonl", task)
+    x, w = random_inputs(task.opdef, task.shape, "float32", seed=5)
+    assert abs(kernel(x, w) - x @ w.T).max() < 1e-4

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import AutotuneError
 from ..records import Record, best_record, by_task, load_records
+from ..space import Config
 from ..task import Task
 from .capture import Captured, InputSpec, capture
 from .default_schedule import default_template_func, generic_schedule
@@ -137,8 +138,26 @@ def best_by_task(records: Iterable[Record]) -> dict[str, Record]:
     return out
 
 
-def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]) -> tuple[Any, KernelChoice]:
-    """Autotune's PrimFunc for a task: the best logged config, else the heuristic default."""
+@dataclass(frozen=True)
+class ModelKernel:
+    """The scheduled PrimFunc of one task, and the template config it comes from."""
+
+    func: Any
+    template: Any
+    config: Config
+
+    def operand(self, task: Task, arg: int, constant: Any) -> Any:
+        """A constant operand as the kernel takes it (a weight relaid at build time), as a Relax constant."""
+        from tvm import relax
+
+        inputs: list[Any] = [None] * len(task.opdef.input_shapes(task.shape))
+        inputs[arg] = constant.value.numpy()
+        relaid = self.template.kernel_inputs(task, self.config, inputs)[arg]
+        return constant if relaid is inputs[arg] else relax.const(relaid)
+
+
+def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]) -> tuple[ModelKernel, KernelChoice]:
+    """Autotune's kernel for a task: the best logged config, else the heuristic default."""
     import search_spaces
 
     rec = best.get(task.key)
@@ -150,18 +169,19 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
         try:
             cfg = tmpl.define_space(task).get(rec.input.config.index)
             func = tmpl.apply(task, cfg).mod["main"]
-            return func, KernelChoice(task, weight, True, cfg.index, rec.gflops())
+            return ModelKernel(func, tmpl, cfg), KernelChoice(task, weight, True, cfg.index, rec.gflops())
         except Exception as err:  # noqa: BLE001 - a logged config the template no longer accepts
             reason = f"logged config #{rec.input.config.index} failed to apply ({type(err).__name__})"
     tmpl = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
     func, cfg = default_template_func(tmpl, task)
-    return func, KernelChoice(task, weight, False, cfg.index, 0.0, reason)
+    return ModelKernel(func, tmpl, cfg), KernelChoice(task, weight, False, cfg.index, 0.0, reason)
 
 
 # ---- rewriting the Relax module -----------------------------------------------------------
 
-def _replace_calls(mod: Any, target: dict, kernels: dict[str, Any]) -> Any:
-    """Replace each tunable call by call_tir of its task's kernel (reshaping operands as needed)."""
+def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel]) -> Any:
+    """Replace each tunable call by call_tir of its task's kernel (reshaping operands as needed;
+    a dense layer's weight is relaid here, once, into the layout its kernel reads)."""
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -174,7 +194,7 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, Any]) -> Any:
         def _gvar(self, task: Task) -> Any:
             if task.key not in self.gvars:
                 name = f"autotune_{task.op}_{len(self.gvars)}"
-                func = (kernels[task.key].with_attr("global_symbol", name).with_attr("op_pattern", OPAQUE)
+                func = (kernels[task.key].func.with_attr("global_symbol", name).with_attr("op_pattern", OPAQUE)
                         .with_attr("tirx.is_scheduled", True))
                 self.gvars[task.key] = self.builder_.add_func(func, name)
             return self.gvars[task.key]
@@ -186,10 +206,12 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, Any]) -> Any:
 
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
-            site = classify(call, target)
+            site = classify(call, target, self.lookup_binding)
             if not isinstance(site, Site):
                 return call
-            args = [self._as(call.args[0], site.a_shape), self._as(call.args[1], site.b_shape)]
+            b = (self._as(call.args[1], site.b_shape) if site.dense_weight is None
+                 else kernels[site.task.key].operand(site.task, 1, site.dense_weight))
+            args = [self._as(call.args[0], site.a_shape), b]
             shape = tuple(int(d) for d in site.task.opdef.output_shape(site.task.shape))
             out = relax.call_tir(self._gvar(site.task), args, relax.TensorType(shape, "float32"))
             if shape != site.out_shape:
@@ -203,7 +225,7 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, Any]) -> Any:
     return rewriter.builder_.get()
 
 
-def lower_model(mod: Any, target: dict, kernels: dict[str, Any], tvm_target: Any) -> tuple[Any, dict[str, str]]:
+def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_target: Any) -> tuple[Any, dict[str, str]]:
     """Rewrite, legalize, fuse and schedule: a module ready for the VM's lowering passes."""
     import tvm
     from tvm import relax, tirx
@@ -254,7 +276,7 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     best = best_by_task(recs)
     stale = {r.task.key for r in recs if r.result.ok}
     report = BuildReport(skipped=[f"{s.what}: {s.reason}" for s in skipped])
-    kernels: dict[str, Any] = {}
+    kernels: dict[str, ModelKernel] = {}
     for task, weight in merge_sites(sites):
         search_spaces.default_template_ref(task.op, task.target_kind)  # fail early without a template
         kernels[task.key], choice = kernel_for(task, weight, best, stale)

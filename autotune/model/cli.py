@@ -116,8 +116,9 @@ def cmd_export_db(args: argparse.Namespace) -> int:
     from .export_db import export_database
 
     _check_logs(args.logs)
-    written = export_database(args.logs, args.output)
-    for e in written:
-        print(f"{e.task.key}  {e.task}  config #{e.config_index}  {e.mean_s * 1e3:.4f} ms")
-    print(f"wrote {len(written)} records to {args.output}", file=sys.stderr)
+    exported = export_database(args.logs, args.output)
+    for e in exported:
+        print(f"{e.task.key}  {e.task}  config #{e.config_index}  {e.mean_s * 1e3:.4f} ms"
+              + (f"  not written: {e.skipped}" if e.skipped else ""))
+    print(f"wrote {sum(not e.skipped for e in exported)} records to {args.output}", file=sys.stderr)
     return 0

@@ -6,6 +6,9 @@ of the template's schedule for the best config. TVM users apply it with
 workload. Functions that TVM's LegalizeOps produces for the same operator are *not*
 structurally equal to autotune's (different block structure and index expressions), so the
 database only matches modules that contain autotune's own PrimFuncs (see tests/test_model.py).
+Kernels that take an operand in another layout (dense: W packed ahead, `Template.relayouts`) are
+left out: applying one would change the function's signature, and a database cannot carry the
+relayout of the weight.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ class Exported:
     task: Task
     config_index: int
     mean_s: float
+    skipped: str = ""  # why the record was not written
 
 
 def export_database(logs: Sequence[str | os.PathLike], work_dir: str | os.PathLike) -> list[Exported]:
-    """Write the best valid record of every task in the logs into `work_dir`; returns what was written."""
+    """Write the best valid record of every task in the logs into `work_dir`; returns what was written
+    (and, with `skipped` set, what was not)."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -50,7 +55,11 @@ def export_database(logs: Sequence[str | os.PathLike], work_dir: str | os.PathLi
     for rec in best.values():
         task = rec.task
         tmpl = search_spaces.resolve(rec.input.template)
-        sch = tmpl.apply(task, tmpl.define_space(task).get(rec.input.config.index))
+        cfg = tmpl.define_space(task).get(rec.input.config.index)
+        if tmpl.relayouts(task, cfg):
+            out.append(Exported(task, cfg.index, rec.result.mean_s, "takes an operand relaid ahead (packed weight)"))
+            continue
+        sch = tmpl.apply(task, cfg)
         workload_mod = tvm.IRModule({"main": search_spaces.prim_func(task)})
         workload = db.commit_workload(workload_mod)
         db.commit_tuning_record(ms.database.TuningRecord(

@@ -4,6 +4,8 @@ Tunable calls are recognised in the Relax module *before* legalization, where th
 attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.nn.conv2d NCHW/OIHW, groups 1              -> conv2d
   R.nn.conv2d groups == channels, weight [C,1,R,S] -> depthwise_conv2d
+  R.matmul [.., M, K] @ permute_dims(W const)   -> dense (a linear layer: its weight W [N, K] is packed once,
+                                                   at build time, in the layout the kernel reads)
   R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
   R.matmul [b.., M, K] @ [b.., K, N]            -> batch_matmul (B = product of batch dims)
 Anything else of these ops is left to TVM, with the reason recorded.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ class Site:
     a_shape: tuple[int, ...]  # task's first operand shape (operand reshaped to it when it differs)
     b_shape: tuple[int, ...]
     out_shape: tuple[int, ...]  # the call's own output shape (task output reshaped back to it)
+    dense_weight: Any = None  # dense: the constant W [N, K] the task takes in place of the call's W^T operand
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,21 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
     return Site(task, data, weight, out)
 
 
-def _matmul_site(call: Any, target: dict) -> Site | Skipped:
+def constant_weight(expr: Any, lookup: Callable[[Any], Any]) -> Any:
+    """W [N, K] when `expr` (or the value `lookup` finds bound to it) is permute_dims of a constant W:
+    how torch.export writes the weight operand of a linear layer. None otherwise."""
+    from tvm import ir, relax
+
+    value = lookup(expr) if isinstance(expr, relax.Var) else expr
+    if not isinstance(value, relax.Call) or getattr(value.op, "name", "") != "relax.permute_dims":
+        return None
+    src, axes = value.args[0], value.attrs.axes
+    if not isinstance(src, ir.Constant) or len(src.value.shape) != 2:
+        return None
+    return src if axes is None or [int(a) for a in axes] == [1, 0] else None
+
+
+def _matmul_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | Skipped:
     a, b = _shape(call.args[0]), _shape(call.args[1])
     what = f"matmul {a} @ {b}"
     if a is None or b is None:
@@ -98,6 +116,10 @@ def _matmul_site(call: Any, target: dict) -> Site | Skipped:
     k = a[-1]
     if len(b) == 2:
         m = math.prod(a[:-1])
+        weight = constant_weight(call.args[1], lookup)
+        if weight is not None:
+            task = make_task("dense", {"batch": m, "in_features": k, "out_features": b[1]}, target=target)
+            return Site(task, (m, k), (b[1], k), out, weight)
         task = make_task("matmul", {"M": m, "N": b[1], "K": k}, target=target)
         return Site(task, (m, k), b, out)
     if len(a) == len(b) and a[:-2] == b[:-2]:
@@ -107,13 +129,14 @@ def _matmul_site(call: Any, target: dict) -> Site | Skipped:
     return Skipped(what, "broadcast batch dimensions")
 
 
-def classify(call: Any, target: dict) -> Site | Skipped | None:
-    """Site for a tunable call, Skipped for a conv/matmul autotune cannot take, None otherwise."""
+def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var: None) -> Site | Skipped | None:
+    """Site for a tunable call, Skipped for a conv/matmul autotune cannot take, None otherwise.
+    `lookup(var)`: the value bound to a variable of the function, if known."""
     name = getattr(call.op, "name", "")
     if name == "relax.nn.conv2d":
         return _conv_site(call, target)
     if name == "relax.matmul":
-        return _matmul_site(call, target)
+        return _matmul_site(call, target, lookup)
     return None
 
 
@@ -125,11 +148,17 @@ def find_sites(mod: Any, target: dict) -> tuple[list[Site], list[Skipped]]:
     sites: list[Site] = []
     skipped: list[Skipped] = []
 
+    bound: dict[Any, Any] = {}
+
     @visitor
     class _Finder(PyExprVisitor):
+        def visit_var_binding_(self, binding: Any) -> None:
+            bound[binding.var] = binding.value
+            super().visit_var_binding_(binding)
+
         def visit_call_(self, call: Any) -> None:
             super().visit_call_(call)
-            found = classify(call, target)
+            found = classify(call, target, bound.get)
             if isinstance(found, Site):
                 sites.append(found)
             elif isinstance(found, Skipped):
