@@ -149,6 +149,15 @@ class ConfigSpace:
                 out.add(i)
         return sorted(out)
 
+    def coverage(self, index: int) -> list[int]:
+        """What a batch can cover of a config: its knob digits, then the innermost factor of each split.
+
+        Two tilings that differ only in their outer factors share the innermost one (on the CPU, the register
+        tile): counting it apart lets a diverse batch try other register tiles, not only other outer tilings.
+        """
+        digits = self.digits(index)
+        return digits + [k.candidates[d][-1] for k, d in zip(self.knobs, digits) if k.kind == "split"]
+
     def neighbour(self, index: int, rng: np.random.Generator) -> int:
         """Change one knob to another random value (a step of simulated annealing)."""
         digits = self.digits(index)

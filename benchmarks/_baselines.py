@@ -128,17 +128,7 @@ def isolated_best_of(commands, rounds: int = 3) -> list[float]:
 
 def _layout_rewrites(sch) -> dict:
     """{operand name: index map (numpy)} of MetaSchedule's layout-rewrite blocks (children of the root block)."""
-    from tvm.tirx import expr as E
-
-    def value(expr, env):  # an index expression of the block's iter vars, on numpy index arrays
-        if isinstance(expr, E.IntImm):
-            return int(expr.value)
-        if isinstance(expr, E.Var):
-            return env[expr]
-        a, b = value(expr.a, env), value(expr.b, env)
-        ops = {E.Add: lambda: a + b, E.Sub: lambda: a - b, E.Mul: lambda: a * b, E.FloorDiv: lambda: a // b,
-               E.FloorMod: lambda: a % b}
-        return ops[type(expr)]()
+    from cost_models.loop_levels import eval_index
 
     def buffer(region):
         return region.source if hasattr(region, "source") else region.buffer
@@ -151,6 +141,6 @@ def _layout_rewrites(sch) -> dict:
         [src], [dst] = block.reads, block.writes
         iters = [iv.var for iv in block.iter_vars]
         assert [str(r.min) for r in src.region] == [str(v) for v in iters], "rewrite block reads its operand permuted"
-        maps[buffer(src).name] = lambda *idx, it=iters, r=dst.region: tuple(value(d.min, dict(zip(it, idx)))
-                                                                            for d in r)
+        maps[buffer(src).name] = lambda *idx, it=iters, r=dst.region: tuple(
+            eval_index(d.min, {}, dict(zip(it, idx))) for d in r)
     return maps

@@ -73,9 +73,9 @@ class _Access:
         self.extents = [_const(r.extent) for r in region]
         mins = [r.min for r in region]
         zero = {v: 0 for v in loop_vars}
-        at0 = [_eval(m, env, zero) for m in mins]
+        at0 = [eval_index(m, env, zero) for m in mins]
         # d index_d / d loop var, as the change from var = 0 to var = 1 with the other loops at 0
-        self.delta = {v: [_eval(m, env, {**zero, v: 1}) - a for m, a in zip(mins, at0)] for v in loop_vars}
+        self.delta = {v: [eval_index(m, env, {**zero, v: 1}) - a for m, a in zip(mins, at0)] for v in loop_vars}
         row = 1
         self.row_stride = []
         for s in reversed(self.shape):
@@ -155,8 +155,10 @@ def _const(x) -> int:
     return int(x.value) if hasattr(x, "value") else int(x)
 
 
-def _eval(expr, env, values) -> int:
-    """Integer value of an index expression: block iter vars through `env`, loop vars from `values`."""
+def eval_index(expr, env, values) -> int:
+    """Integer value of an index expression: block iter vars through `env`, loop vars from `values`.
+
+    Affine maps (+, -, *, // and % by constants) also evaluate on numpy index arrays given as `values`."""
     from tvm.tirx import expr as E
 
     if isinstance(expr, E.IntImm):
@@ -165,12 +167,12 @@ def _eval(expr, env, values) -> int:
         if expr in values:
             return values[expr]
         if expr in env:
-            return _eval(env[expr], env, values)
+            return eval_index(env[expr], env, values)
         return 0  # a variable bound outside the loop nest
     if isinstance(expr, E.Cast):
-        return _eval(expr.value, env, values)
-    a = _eval(expr.a, env, values) if hasattr(expr, "a") else 0
-    b = _eval(expr.b, env, values) if hasattr(expr, "b") else 0
+        return eval_index(expr.value, env, values)
+    a = eval_index(expr.a, env, values) if hasattr(expr, "a") else 0
+    b = eval_index(expr.b, env, values) if hasattr(expr, "b") else 0
     if isinstance(expr, E.Add):
         return a + b
     if isinstance(expr, E.Sub):

@@ -75,3 +75,17 @@ def test_every_template_gives_level_features(op, kind):
         assert vec[-1] >= 2 and np.isfinite(vec).all() and vec[:PER_LEVEL].any()
         done += 1
     assert done >= 3
+
+
+def test_eval_index_evaluates_an_affine_map_on_ints_and_on_numpy_index_arrays():
+    """The same evaluator gives access strides (ints) and applies a layout map to whole index grids (arrays)."""
+    from tvm import tirx
+
+    from cost_models.loop_levels import eval_index
+
+    i, j, b = tirx.Var("i", "int32"), tirx.Var("j", "int32"), tirx.Var("b", "int32")
+    expr = tirx.floordiv(j, 16) * 100 + b * 16 + tirx.floormod(j, 16) - 1
+    assert eval_index(expr, {b: i + 1}, {i: 2, j: 35}) == 2 * 100 + 3 * 16 + 3 - 1
+    I, J = np.meshgrid(np.arange(3), np.arange(40), indexing="ij")
+    got = eval_index(expr, {b: i}, {i: I, j: J})
+    np.testing.assert_array_equal(got, (J // 16) * 100 + I * 16 + J % 16 - 1)

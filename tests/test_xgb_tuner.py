@@ -200,6 +200,23 @@ def test_diverse_top_covers_new_knob_values_before_refining_one_shape():
     assert set(diverse_top(scores, 99, MM_SPACE)) == set(scores)
 
 
+def test_diverse_top_tries_another_register_tile_before_other_outer_tilings_of_one():
+    """Forty configs differ only in a three-way tiling of one axis; all but the fourth share their innermost
+    factor. Each new tiling is a new knob value, but only the fourth brings a new innermost factor (on the CPU,
+    a new register tile): the second pick of a batch is that one, though it scores below two others."""
+    from autotune.space import ConfigSpace, choice_knob, split_knob
+
+    space = ConfigSpace((split_knob("tile", 20160, 3), choice_knob("unroll", (0, 64))))
+    tile = space["tile"]
+    same = [space.index_of([d, 0]) for d, c in enumerate(tile.candidates) if c[-1] == 4][:39]
+    other = space.index_of([next(d for d, c in enumerate(tile.candidates) if c[-1] == 8), 0])
+    ranked = same[:3] + [other] + same[3:]
+    scores = {i: float(len(ranked) - k) for k, i in enumerate(ranked)}
+    assert space.coverage(other)[-1] == 8 and space.coverage(other)[:2] == space.digits(other)
+    assert diverse_top(scores, 2, space) == [same[0], other]
+    assert diverse_top(scores, 2, space, knob_weight=0.0) == same[:2]
+
+
 def test_never_proposes_configs_that_break_gpu_limits():
     import search_spaces
     from autotune.gpu_limits import check_config

@@ -50,18 +50,20 @@ def anneal(space: ConfigSpace, score: Scorer, starts: Sequence[int], steps: int,
 def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_weight: float = 0.1,
                 min_distance: int = 1) -> list[int]:
     """Diversity-aware batch: greedily the index whose score percentile among the candidates, plus
-    `knob_weight` for each knob whose value no index picked so far has, is highest (a submodular pick).
+    `knob_weight` for each knob value (and each innermost split factor, `ConfigSpace.coverage`) that no
+    index picked so far has, is highest (a submodular pick).
 
     A pick within `min_distance` knob changes of an earlier one is taken only when nothing else is left.
     The coverage bonus keeps a batch from spending all its trials on the cheap knobs (unroll, loop order)
-    of one tile shape the model likes: it also tries the next best tile shapes.
+    or the outer tiles of one register tile the model likes: it also tries the next best register tiles.
     """
     ranked = sorted((i for i, s in candidates.items() if np.isfinite(s)), key=lambda i: (-candidates[i], i))
     if not ranked or n <= 0:
         return []
     digits = np.array([space.digits(i) for i in ranked])
+    cover = np.array([space.coverage(i) for i in ranked])
     gain_base = 1.0 - np.arange(len(ranked)) / len(ranked)  # score percentile, 1 for the best
-    covered = np.zeros_like(digits, dtype=bool)  # covered[r, k]: candidate r's value of knob k is in the batch
+    covered = np.zeros_like(cover, dtype=bool)  # covered[r, c]: candidate r's value c is in the batch
     near = np.zeros(len(ranked), dtype=bool)  # within min_distance of a pick
     taken = np.zeros(len(ranked), dtype=bool)
     picked: list[int] = []
@@ -71,7 +73,7 @@ def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_w
         r = int(np.argmax(gain))
         picked.append(ranked[r])
         taken[r] = True
-        covered |= digits == digits[r]
+        covered |= cover == cover[r]
         near |= (digits != digits[r]).sum(axis=1) < min_distance
     return picked
 

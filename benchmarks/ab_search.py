@@ -1,0 +1,129 @@
+"""A/B of two versions of the xgb tuner (two checkouts) on bench_search.py's tasks, sharing one work folder.
+
+    python benchmarks/ab_search.py --arm before --work /abs/ab --tasks "matmul 1024^3"   # from the old checkout
+    python benchmarks/ab_search.py --arm after --work /abs/ab --tasks "matmul 1024^3"    # from the new one
+    python benchmarks/ab_search.py --report --work /abs/ab --tasks "matmul 1024^3"       # after both
+
+Each arm runs cold xgb (loop features) for --trials per seed into `<work>/<task>/<arm>-s<seed>.jsonl`. A config
+one arm measured is replayed for the other (its first measurement), so the arms differ only in what they pick,
+not in timing noise. The report scores each config by that first measurement (no re-timing: on a machine where
+hundreds of configs come within 10% of the best, bench_search.py's re-timing of contenders would take longer than
+the runs), and gives per arm the seeds that reach 95% of the best any arm found, their median trials, the mean final
+best, and how many distinct register tiles (innermost factors of the split knobs) each run measured; and, per task,
+the share of all measured configs that reach the target (how hard it is to reach at all). Writes the `ab_search` section of
+benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import reexec_clean, report
+from bench_search import (
+    TASKS,
+    ReplayingBuilder,
+    ReplayingRunner,
+    curve,
+    first_measurements,
+    per_trial,
+    trials_to_reach,
+)
+
+
+def run_arm(args, work: Path) -> None:
+    from autotune import make_task, tune
+    from autotune.measure import LocalBuilder, LocalRunner
+
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip()
+    arms = work / "arms.json"
+    known_arms = json.loads(arms.read_text()) if arms.exists() else {}
+    known_arms[args.arm] = commit
+    arms.write_text(json.dumps(known_arms, indent=1))
+    builder, runner = LocalBuilder(), LocalRunner()
+    try:
+        for label in args.tasks:
+            task = make_task(*TASKS[label])
+            tdir = work / task.key
+            tdir.mkdir(parents=True, exist_ok=True)
+            known = first_measurements(tdir)
+            for seed in args.seeds:
+                t0 = time.time()
+                res = tune(task, trials=args.trials, tuner="xgb", log=tdir / f"{args.arm}-s{seed}.jsonl", seed=seed,
+                           tuner_options={"features": "loop"}, builder=ReplayingBuilder(builder, known),
+                           runner=ReplayingRunner(runner, known), retime=0)
+                print(f"{label} {args.arm} seed {seed}: best {res.best.gflops() if res.best else 0:.1f} GFLOPS "
+                      f"({time.time() - t0:.0f} s)", flush=True)
+    finally:
+        builder.close()
+        runner.close()
+
+
+def register_tiles(records) -> int:
+    """Distinct tuples of innermost split factors among a run's configs."""
+    return len({tuple(v[-1] for v in r.input.config.knobs.values() if isinstance(v, (list, tuple)))
+                for r in records})
+
+
+def report_arms(args, work: Path) -> None:
+    import numpy as np
+
+    from autotune import load_records, make_task
+
+    arms = json.loads((work / "arms.json").read_text())
+    rows = []
+    for label in args.tasks:
+        task = make_task(*TASKS[label])
+        tdir = work / task.key
+        runs = {arm: [load_records(tdir / f"{arm}-s{s}.jsonl")[: args.trials] for s in args.seeds] for arm in arms}
+        scores = {i: task.flops / res.mean_s / 1e9 if res.ok else 0.0 for i, res in first_measurements(tdir).items()}
+        target = 0.95 * max(scores.values())
+        easy = sum(g >= target for g in scores.values()) / len(scores)
+        for arm, by_seed in runs.items():
+            curves = [curve(per_trial(rs, args.trials, scores), args.trials) for rs in by_seed]
+            reach = [t for t in (trials_to_reach(c, target) for c in curves) if t is not None]
+            median = f"{int(np.median(reach))}" if reach else f"> {args.trials}"
+            rows.append(f"| {label} | {target:.0f} ({easy:.0%} of {len(scores)}) | {arm} ({arms[arm]}) | "
+                        f"{len(reach)}/{len(curves)} | {median} | {np.mean([c[-1] for c in curves]):.1f} | "
+                        f"{np.mean([register_tiles(rs) for rs in by_seed]):.1f} |")
+    from autotune.target import host_llvm_target
+
+    body = ["## A/B of tuner versions (`benchmarks/ab_search.py`)", "",
+            f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds "
+            f"{' '.join(map(str, args.seeds))}` from each arm's checkout, then `--report`; cold xgb, loop features; a "
+            "config measured by one arm is replayed for the other; scores are first measurements.", "",
+            "| task | 95% of best any, GFLOPS (share of measured configs reaching it) | arm (commit) | seeds reaching it | median trials to reach | "
+            "mean final best | distinct innermost-factor tuples per run |",
+            "|---|---|---|---|---|---|---|", *rows]
+    report("ab_search", "\n".join(body))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arm", help="name of this checkout's tuner version (runs it)")
+    ap.add_argument("--report", action="store_true", help="compare the arms run so far")
+    ap.add_argument("--trials", type=int, default=256)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3"], choices=list(TASKS))
+    ap.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "work", "ab"))
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    if bool(args.arm) == args.report:
+        ap.error("give either --arm NAME or --report")
+    reexec_clean(args.threads)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    run_arm(args, work) if args.arm else report_arms(args, work)
+
+
+if __name__ == "__main__":
+    main()
