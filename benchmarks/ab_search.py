@@ -99,7 +99,7 @@ def report_arms(args, work: Path) -> None:
 
     body = ["## A/B of tuner versions (`benchmarks/ab_search.py`)", "",
             f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds "
-            f"{' '.join(map(str, args.seeds))}` from each arm's checkout, then `--report`; cold xgb, loop features; a "
+            f"{' '.join(map(str, args.seeds))} --tasks {' '.join(repr(t) for t in args.tasks)}` from each arm's checkout, then `--report`; cold xgb, loop features; a "
             "config measured by one arm is replayed for the other; scores are first measurements.", "",
             "| task | 95% of best any, GFLOPS (share of measured configs reaching it) | arm (commit) | seeds reaching it | median trials to reach | "
             "mean final best | distinct innermost-factor tuples per run |",
