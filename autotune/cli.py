@@ -11,7 +11,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from .cli_args import add_search_arguments
+from .cli_args import add_runner_arguments, add_search_arguments, runner_options
 from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
 from .model.cli import add_model_commands
@@ -44,12 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-size", type=int, default=8,
                    help="configs built and measured per round (the xgb model is refitted after each)")
     t.add_argument("--template", help="template reference module:attr (default: the operator's own)")
-    t.add_argument("--threads", type=int, default=0, help="kernel threads (default: every core)")
-    t.add_argument("--timeout", type=float, default=10.0, help="seconds per candidate run (load+check+time)")
+    add_runner_arguments(t)
     t.add_argument("--build-timeout", type=float, default=60.0, help="seconds per candidate build")
-    t.add_argument("--repeat", type=int, default=3)
-    t.add_argument("--min-repeat-ms", type=float, default=100.0)
-    t.add_argument("--cache-flush", action="store_true", help="flush the CPU cache before each timed run")
     add_search_arguments(t, "other logs beside --log")
     t.add_argument("--cost-model", help="xgb: start from a saved model (autotune train-model)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -109,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .measure import RunnerOptions
     from .progress import ProgressBar
     from .task import make_task
     from .tune import default_log_path, ensure_measurable, tune
@@ -130,9 +125,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         options = {"features": args.features, "cost_model": args.cost_model,
                    "transfer": transfer_records(task, log, args.transfer)}
-    runner_options = RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
-                                   min_repeat_ms=args.min_repeat_ms, cache_flush=args.cache_flush)
-    remote = runner_from_args(args, runner_options)  # None: measure on this machine
+    options_run = runner_options(args)
+    remote = runner_from_args(args, options_run)  # None: measure on this machine
     if remote is None:
         ensure_measurable(task)
     print(f"tuning {task}  key={task.key}  log={log}", file=sys.stderr)
@@ -140,7 +134,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         with ProgressBar(args.trials, task, enabled=not args.quiet) as bar:
             result = tune(task, trials=args.trials, tuner=args.tuner, log=log, seed=args.seed,
                           early_stopping=args.early_stopping, batch_size=args.batch_size, template=args.template,
-                          tuner_options=options, runner_options=runner_options, runner=remote, progress=bar.update,
+                          tuner_options=options, runner_options=options_run, runner=remote, progress=bar.update,
                           build_timeout=args.build_timeout, retime=args.retime)
     finally:
         if remote is not None:

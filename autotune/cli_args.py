@@ -1,10 +1,33 @@
-"""Command-line arguments that `autotune tune` and `autotune tune-model` share."""
+"""Command-line arguments that `autotune tune` (also --dynamic) and `autotune tune-model` share."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from .retime import RETIMES
+
+if TYPE_CHECKING:
+    from .measure import RunnerOptions
+
+
+def add_runner_arguments(p: argparse.ArgumentParser) -> None:
+    """How candidates are timed: --threads, --timeout, --repeat, --min-repeat-ms, --cache-flush."""
+    p.add_argument("--threads", type=int, default=0, help="kernel threads (default: every core)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per candidate run (load+check+time)")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--min-repeat-ms", type=float, default=100.0)
+    p.add_argument("--cache-flush", action="store_true",
+                   help="flush the operands (all but the first) from the CPU cache before every timed call, "
+                        "as a model's layers find their weights")
+
+
+def runner_options(args: argparse.Namespace) -> RunnerOptions:
+    """The RunnerOptions of the arguments add_runner_arguments added."""
+    from .measure import RunnerOptions
+
+    return RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
+                         min_repeat_ms=args.min_repeat_ms, cache_flush=args.cache_flush)
 
 
 def add_search_arguments(p: argparse.ArgumentParser, transfer_default: str) -> None:

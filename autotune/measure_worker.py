@@ -13,6 +13,7 @@ import numpy as np
 
 from .ops import check_output, random_inputs, reduction_size
 from .task import Task
+from .timing import time_kernel
 
 INPUT_SEED = 0
 
@@ -87,10 +88,8 @@ def run(artifact: str, task: Task, template_ref: str | None, index: int | None, 
     problem = check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape))
     if problem:
         return "wrong_answer", problem, []
-    timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=int(min_repeat_ms),
-                               f_preproc="cache_flush_cpu_non_first_arg" if cache_flush and task.target_kind == "llvm"
-                               else "")
-    return None, "", [float(x) for x in timer(*args, out).results]
+    flush = cache_flush and task.target_kind == "llvm"
+    return None, "", time_kernel(lib, dev, [*args, out], repeat, min_repeat_ms, flush)
 
 
 def runtime_threads() -> int:

@@ -36,6 +36,7 @@ from .ops import check_output, random_inputs, reduction_size
 from .records import now
 from .rpc_services import request_server, tracker_status
 from .task import Task
+from .timing import time_kernel
 
 Server = tuple[str, int, str]  # host, port, match key (from the tracker)
 RETRYABLE = (ErrorKind.RUNTIME_ERROR, ErrorKind.RUN_TIMEOUT)
@@ -67,10 +68,7 @@ def measure_remote(server: Server, session_timeout: float, artifact: str, target
         problem = check_output(out.numpy(), ref, reduction)
         if problem:
             return "wrong_answer", problem, []
-        timer = lib.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=int(min_repeat_ms),
-                                   f_preproc="cache_flush_cpu_non_first_arg" if cache_flush and target_kind != "cuda"
-                                   else "")
-        costs = [float(x) for x in timer(*args, out).results]
+        costs = time_kernel(lib, dev, [*args, out], repeat, min_repeat_ms, cache_flush and target_kind != "cuda")
     except Exception as err:  # noqa: BLE001 - any failure of the session is a result
         # the server ends a session that outlives session_timeout: that is a timeout
         kind = "run_timeout" if time.monotonic() - t0 >= 0.95 * session_timeout else "runtime_error"

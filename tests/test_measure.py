@@ -52,3 +52,48 @@ def test_runner_threads_are_set_explicitly():
             assert w.call(measure_worker.runtime_threads, (), 60).value == n
         finally:
             w.close()
+
+
+class _FakeTimer:
+    """Stands in for a TVM module: records the time_evaluator arguments, returns calls of 1, 2, 3, ... ms."""
+
+    def __init__(self):
+        self.calls = []
+
+    def time_evaluator(self, name, dev, number, repeat, min_repeat_ms=0, f_preproc=""):
+        self.calls.append({"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms, "f_preproc": f_preproc})
+
+        class Result:
+            results = [1e-3 * (k + 1) for k in range(repeat)]
+
+        return lambda *args: Result()
+
+
+def test_flushed_timing_flushes_before_every_call_and_groups_calls_into_repeats():
+    """TVM's evaluator flushes once per repeat: a flushed timing must make each repeat one call, and average
+    enough of them (min_repeat_ms worth) into each value it returns."""
+    from autotune.timing import time_kernel
+
+    warm = _FakeTimer()
+    assert time_kernel(warm, None, [], repeat=3, min_repeat_ms=100) == [1e-3, 2e-3, 3e-3]
+    assert warm.calls == [{"number": 1, "repeat": 3, "min_repeat_ms": 100, "f_preproc": ""}]
+
+    cold = _FakeTimer()
+    values = time_kernel(cold, None, [], repeat=3, min_repeat_ms=4, cache_flush=True)
+    estimate, timed = cold.calls  # one call (1 ms) to size the groups: 4 calls make 4 ms
+    assert estimate["repeat"] == 1 and timed == {"number": 1, "repeat": 12, "min_repeat_ms": 0,
+                                                 "f_preproc": "cache_flush_cpu_non_first_arg"}
+    assert values == [2.5e-3, 6.5e-3, 10.5e-3]  # means of 1-4, 5-8, 9-12 ms
+
+
+def test_flushed_timing_of_a_real_kernel(worker_env):
+    task = make_task("matmul", "M=64,N=64,K=64")
+    template = resolve("search_spaces.matmul:MATMUL_CPU")
+    inp = MeasureInput(task, template.define_space(task).get(0), "search_spaces.matmul:MATMUL_CPU")
+    builder, runner = LocalBuilder(workers=1), LocalRunner(RunnerOptions(min_repeat_ms=5, repeat=2, cache_flush=True))
+    try:
+        [res] = runner.run([inp], builder.build([inp]))
+    finally:
+        builder.close()
+        runner.close()
+    assert res.ok and len(res.costs) == 2 and all(c > 0 for c in res.costs)

@@ -27,7 +27,7 @@ def wants_dynamic(args: argparse.Namespace) -> bool:
 
 
 def cmd_tune_dynamic(args: argparse.Namespace) -> int:
-    from ..measure import RunnerOptions
+    from ..cli_args import runner_options
     from ..progress import ProgressBar
     from ..records import load_records
     from ..transfer import transfer_records
@@ -50,8 +50,7 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
     log = args.log or str(default_log_path(spec))
     options = {"features": args.features, "cost_model": args.cost_model} if args.tuner == "xgb" else {}
     transfer = transfer_records(spec.task(spec.lo), Path(log), args.transfer)
-    runner_options = RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
-                                   min_repeat_ms=args.min_repeat_ms, cache_flush=args.cache_flush)
+    options_run = runner_options(args)
     print(f"tuning {spec} dynamically  log={log}", file=sys.stderr)
     bar: list[ProgressBar] = []
 
@@ -65,7 +64,7 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
         result = tune_dynamic(spec, trials=args.trials, log=log, tuner=args.tuner,
                               ukernel_trials=args.ukernel_trials or ukernel_budget(args.trials),
                               max_kernels=args.max_ukernels, seed=args.seed, batch_size=args.batch_size,
-                              tuner_options=options, runner_options=runner_options, build_timeout=args.build_timeout,
+                              tuner_options=options, runner_options=options_run, build_timeout=args.build_timeout,
                               progress=lambda h, r: bar[-1].update(r) if bar else None, on_start=start,
                               transfer=transfer, retime=args.retime)
     finally:

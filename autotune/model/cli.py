@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli_args import add_search_arguments
+from ..cli_args import add_runner_arguments, add_search_arguments, runner_options
 from ..errors import AutotuneError
 
 MODEL_HELP = "path/to/file.py:factory (returns (module, example_inputs)) or a saved torch.export .pt2"
@@ -30,10 +30,7 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--tuner", default="xgb", help="random | grid | xgb (default)")
     t.add_argument("--round-trials", type=int, default=16, help="trials per scheduling round")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--threads", type=int, default=0, help="kernel threads (default: every core)")
-    t.add_argument("--timeout", type=float, default=10.0, help="seconds per candidate run")
-    t.add_argument("--repeat", type=int, default=3)
-    t.add_argument("--min-repeat-ms", type=float, default=100.0)
+    add_runner_arguments(t)
     t.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     add_search_arguments(t, "the other logs beside --log, and the model's other tasks so far")
     t.set_defaults(handler=cmd_tune_model)
@@ -80,14 +77,12 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_tune_model(args: argparse.Namespace) -> int:
-    from ..measure import LocalBuilder, LocalRunner, RunnerOptions
+    from ..measure import LocalBuilder, LocalRunner
     from .scheduler import tune_model
 
     if args.round_trials < 1:
         raise AutotuneError("--round-trials must be >= 1")
-    runner_options = RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
-                                   min_repeat_ms=args.min_repeat_ms)
-    builder, runner = LocalBuilder(), LocalRunner(runner_options)
+    builder, runner = LocalBuilder(), LocalRunner(runner_options(args))
     try:
         result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
                             round_trials=args.round_trials, seed=args.seed, builder=builder, runner=runner,
