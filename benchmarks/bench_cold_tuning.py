@@ -1,12 +1,12 @@
 """Tuning a model's kernels warm vs with the cache flushed before every timed call, judged by the built model.
 
-    python benchmarks/bench_cold_tuning.py --model transformer_layer --trials 400 --seeds 0 1
+    python benchmarks/bench_cold_tuning.py --models transformer_layer resnet18 --trials 400 --seeds 0 1 2
 
 In a model, a kernel finds its weights out of cache (other layers ran since its last call), while tuning times it
 back to back on the same, cached, operands. For each seed, tunes the model twice (xgb, same budget): with the
 default warm timing and with `RunnerOptions(cache_flush=True)` (`--cache-flush`); logs under --work (resumable).
-Then builds every log and times all builds in rounds, one after the other, least median per build. Writes the
-`bench_cold_tuning` section of benchmarks/RESULTS.md.
+Then builds every log and times all builds in rounds, one after the other, least median per build. Writes one
+section per model, `bench_cold_tuning MODEL`, of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -27,30 +27,19 @@ from bench_model import median_ms
 MODES = {"warm": False, "flushed": True}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="transformer_layer")
-    ap.add_argument("--trials", type=int, default=400)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "work", "cold_tuning"))
-    args = ap.parse_args()
-    reexec_clean(args.threads)
-    warnings.simplefilter("ignore")
+def compare(name: str, args) -> list[str]:
+    """Table rows of one model: per seed, the warm- and flush-tuned builds, and their mean."""
     from models import MODELS  # benchmarks/models.py
 
     from autotune.measure import LocalRunner, RunnerOptions
     from autotune.model import build_model, capture, tune_model
-    from autotune.target import host_llvm_target
 
-    model, inputs = MODELS[args.model]()
+    model, inputs = MODELS[name]()
     captured = capture(model, inputs)
-    os.makedirs(args.work, exist_ok=True)
     builds, tune_min = {}, {}
     for seed in args.seeds:
         for mode, flush in MODES.items():
-            log = os.path.join(args.work, f"{args.model}-{mode}-s{seed}.jsonl")
+            log = os.path.join(args.work, f"{name}-{mode}-s{seed}.jsonl")
             runner = LocalRunner(RunnerOptions(cache_flush=flush))
             t0 = time.time()
             try:
@@ -64,22 +53,43 @@ def main() -> None:
     for _ in range(args.rounds):
         for key, built in builds.items():
             best[key] = min(best[key], median_ms(lambda b=built, a=tvm_args[key]: b.run_tvm(a)))
-    rows = [f"| {seed} | {best['warm', seed]:.2f} | {best['flushed', seed]:.2f} | "
+    rows = [f"| {name} | {seed} | {best['warm', seed]:.2f} | {best['flushed', seed]:.2f} | "
             f"{best['warm', seed] / best['flushed', seed]:.2f}x | {tune_min['warm', seed]:.1f} / "
             f"{tune_min['flushed', seed]:.1f} |" for seed in args.seeds]
     mean = {mode: statistics.mean(best[mode, s] for s in args.seeds) for mode in MODES}
-    rows.append(f"| mean | {mean['warm']:.2f} | {mean['flushed']:.2f} | {mean['warm'] / mean['flushed']:.2f}x | |")
-    body = "\n".join([
-        "## Tuning warm vs with the cache flushed (`benchmarks/bench_cold_tuning.py`)", "",
-        f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python "
-        f"benchmarks/bench_cold_tuning.py --model {args.model} --trials {args.trials} --seeds "
-        f"{' '.join(map(str, args.seeds))}`. Per seed, two `tune_model` runs (xgb, {args.trials} trials): warm "
-        "timing (the default) and `--cache-flush` (the operands after the first flushed before every timed call); "
-        f"each log built and the builds timed in {args.rounds} rounds one after the other (least median ms per "
-        "inference; tuning minutes include compilation, retuning skipped when a log is complete).", "",
-        "| seed | warm-tuned build ms | flush-tuned build ms | speed-up of flush-tuned | tuning min warm / flushed |",
-        "|---|---|---|---|---|", *rows])
-    report("bench_cold_tuning", body)
+    return rows + [f"| {name} | mean | {mean['warm']:.2f} | {mean['flushed']:.2f} | "
+                   f"{mean['warm'] / mean['flushed']:.2f}x | |"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="+", default=["transformer_layer"])
+    ap.add_argument("--trials", type=int, default=400)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "work", "cold_tuning"))
+    args = ap.parse_args()
+    reexec_clean(args.threads)
+    warnings.simplefilter("ignore")
+    from autotune.target import host_llvm_target
+
+    os.makedirs(args.work, exist_ok=True)
+    cpu = host_llvm_target(args.threads)["mcpu"]
+    for name in args.models:
+        rows = compare(name, args)
+        body = "\n".join([
+            f"## Tuning warm vs with the cache flushed: {name} (`benchmarks/bench_cold_tuning.py`)", "",
+            f"CPU {cpu}, {args.threads} threads. Command: `python benchmarks/bench_cold_tuning.py --models {name} "
+            f"--trials {args.trials} --seeds {' '.join(map(str, args.seeds))}`. Per seed, two `tune_model` runs "
+            f"(xgb, {args.trials} trials): warm timing (the default) and `--cache-flush` (the operands after the "
+            f"first flushed before every timed call); each log built and the builds timed in {args.rounds} rounds one "
+            "after the other (least median ms per inference; tuning minutes include compilation, retuning skipped "
+            "when a log is complete).", "",
+            "| model | seed | warm-tuned build ms | flush-tuned build ms | speed-up of flush-tuned | "
+            "tuning min warm / flushed |",
+            "|---|---|---|---|---|---|", *rows])
+        report(f"bench_cold_tuning {name}", body)
 
 
 if __name__ == "__main__":
