@@ -9,9 +9,9 @@ one arm measured is replayed for the other (its first measurement), so the arms 
 not in timing noise. The report scores each config by that first measurement (no re-timing: on a machine where
 hundreds of configs come within 10% of the best, bench_search.py's re-timing of contenders would take longer than
 the runs), and gives per arm the seeds that reach 95% of the best any arm found, their median trials, the mean final
-best, and how many distinct register tiles (innermost factors of the split knobs) each run measured; and, per task,
-the share of all measured configs that reach the target (how hard it is to reach at all). Writes the `ab_search` section of
-benchmarks/RESULTS.md.
+best, and how many distinct register tiles (innermost factors of the split knobs) each run measured; and, per
+task, the share of all measured configs that reach the target (how hard it is to reach at all). Writes the
+`ab_search` section of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -68,16 +68,17 @@ def run_arm(args, work: Path) -> None:
         runner.close()
 
 
-def register_tiles(records) -> int:
-    """Distinct tuples of innermost split factors among a run's configs."""
-    return len({tuple(v[-1] for v in r.input.config.knobs.values() if isinstance(v, (list, tuple)))
-                for r in records})
+def register_tiles(records, space) -> int:
+    """Distinct tuples of innermost split factors among a run's configs (the tail of `ConfigSpace.coverage`)."""
+    return len({tuple(space.coverage(r.input.config.index)[len(space.knobs):]) for r in records})
 
 
 def report_arms(args, work: Path) -> None:
     import numpy as np
 
+    import search_spaces
     from autotune import load_records, make_task
+    from autotune.target import host_llvm_target
 
     arms = json.loads((work / "arms.json").read_text())
     rows = []
@@ -88,21 +89,21 @@ def report_arms(args, work: Path) -> None:
         scores = {i: task.flops / res.mean_s / 1e9 if res.ok else 0.0 for i, res in first_measurements(tdir).items()}
         target = 0.95 * max(scores.values())
         easy = sum(g >= target for g in scores.values()) / len(scores)
+        space = search_spaces.resolve(runs[next(iter(arms))][0][0].input.template).define_space(task)
         for arm, by_seed in runs.items():
             curves = [curve(per_trial(rs, args.trials, scores), args.trials) for rs in by_seed]
             reach = [t for t in (trials_to_reach(c, target) for c in curves) if t is not None]
             median = f"{int(np.median(reach))}" if reach else f"> {args.trials}"
             rows.append(f"| {label} | {target:.0f} ({easy:.0%} of {len(scores)}) | {arm} ({arms[arm]}) | "
                         f"{len(reach)}/{len(curves)} | {median} | {np.mean([c[-1] for c in curves]):.1f} | "
-                        f"{np.mean([register_tiles(rs) for rs in by_seed]):.1f} |")
-    from autotune.target import host_llvm_target
-
+                        f"{np.mean([register_tiles(rs, space) for rs in by_seed]):.1f} |")
     body = ["## A/B of tuner versions (`benchmarks/ab_search.py`)", "",
-            f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds "
-            f"{' '.join(map(str, args.seeds))} --tasks {' '.join(repr(t) for t in args.tasks)}` from each arm's checkout, then `--report`; cold xgb, loop features; a "
-            "config measured by one arm is replayed for the other; scores are first measurements.", "",
-            "| task | 95% of best any, GFLOPS (share of measured configs reaching it) | arm (commit) | seeds reaching it | median trials to reach | "
-            "mean final best | distinct innermost-factor tuples per run |",
+            f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python "
+            f"benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds {' '.join(map(str, args.seeds))} "
+            f"--tasks {' '.join(repr(t) for t in args.tasks)}` from each arm's checkout, then `--report`; cold xgb, "
+            "loop features; a config measured by one arm is replayed for the other; scores are first measurements.",
+            "", "| task | 95% of best any, GFLOPS (share of measured configs reaching it) | arm (commit) | "
+            "seeds reaching it | median trials to reach | mean final best | distinct innermost-factor tuples per run |",
             "|---|---|---|---|---|---|---|", *rows]
     report("ab_search", "\n".join(body))
 
@@ -122,7 +123,10 @@ def main() -> None:
     reexec_clean(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    run_arm(args, work) if args.arm else report_arms(args, work)
+    if args.arm:
+        run_arm(args, work)
+    else:
+        report_arms(args, work)
 
 
 if __name__ == "__main__":

@@ -23,23 +23,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean
+from bench_model import median_ms
 
 EVICT_BYTES = 256 << 20
 
 
 def in_model_ms(built, inputs, runs: int) -> tuple[float, dict[str, float]]:
-    """(plain wall ms per inference, {function: ms per inference under the instrument})."""
+    """(median wall ms per inference, {function: ms per inference under the instrument})."""
     import tvm
     from tvm.runtime.vm import VirtualMachine
 
     vm = VirtualMachine(built.executable, tvm.cpu())
     args = built.tvm_args(*inputs)
-    for _ in range(3):
-        vm["main"](*args)
-    t0 = time.perf_counter()
-    for _ in range(runs):
-        vm["main"](*args)
-    wall = (time.perf_counter() - t0) / runs * 1e3
+    wall = median_ms(lambda: vm["main"](*args), min_runs=runs)
     total: dict[str, float] = collections.defaultdict(float)
     start: dict[str, float] = {}
 
@@ -103,7 +99,7 @@ def main() -> None:
     wall, per_func = in_model_ms(built, inputs, args.runs)
     best = best_by_task(load_records(args.log))
     tasks = [(c.task, kernel_for(c.task, c.weight, best, set())[0].func) for c in built.report.kernels]
-    print(f"{args.model}: {wall:.2f} ms per inference (plain), {sum(per_func.values()):.2f} ms instrumented")
+    print(f"{args.model}: {wall:.2f} ms per inference (median, plain), {sum(per_func.values()):.2f} ms instrumented")
     print("| function | ms per inference in the model | ms alone | ms alone, caches evicted | task |")
     print("|---|---|---|---|---|")
     for name, ms in sorted(per_func.items(), key=lambda kv: -kv[1]):
