@@ -2,13 +2,15 @@
 
     python benchmarks/bench_search.py --trials 64 --seeds 0 1 2             # curves + model quality
     python benchmarks/bench_search.py --quality-trials 300 --ms-trials 300   # + kernels vs torch / MetaSchedule
+    python benchmarks/bench_search.py --quality-only --quality-trials 300    # only the kernels
 
 Every method/seed has its own log under --work (re-running resumes). A config measured once for a
 task is not measured again by another method or seed: its recorded result is replayed (the same
 compiled kernel would be timed again), which keeps the benchmark affordable on 2 cores. The configs
 whose first measurement comes near the best are timed again after the runs and scored by the median of
 those timings (`retime_contenders`), so that a lucky timing does not set or meet the 95% target.
-Writes the `bench_search` section of benchmarks/RESULTS.md and benchmarks/search_curves.png.
+Writes the `bench_search` (and `bench_search_quality`) sections of benchmarks/RESULTS.md and
+benchmarks/search_curves.png.
 """
 
 from __future__ import annotations
@@ -383,40 +385,29 @@ def _spearman(a, b) -> float:
 
 
 def kernel_quality(args, work: Path) -> list[str]:
-    """Best xgb kernel after --quality-trials vs torch and MetaSchedule at the same trial budget."""
-    import tempfile
+    """Best xgb kernel after --quality-trials vs torch and MetaSchedule at the same trial budget.
+
+    Each task's timings are kept in `<work>/<task>/quality-<trials>-ms<trials>.json`: a re-run (another --tasks
+    subset, or a run stopped half way) times only the tasks without one, and the table lists every task of
+    --tasks. Within a row the three kernels are always timed side by side, in the same rounds.
+    """
+    import json
 
     import numpy as np
-
-    from _baselines import isolated_best_of, metaschedule_kernel
-    from autotune import build_best, make_task, tune
-    from autotune.measure_worker import INPUT_SEED
-    from autotune.ops import random_inputs
 
     rows = [f"| task | autotune xgb ({args.quality_trials} trials) | torch | MetaSchedule ({args.ms_trials} trials) "
             "| vs torch | vs MetaSchedule |", "|---|---|---|---|---|---|"]
     notes = []
     ratios_t, ratios_ms = [], []
     for label in args.tasks:
+        from autotune import make_task
+
         task = make_task(*TASKS[label])
-        log = work / task.key / "quality.jsonl"
-        tune(task, trials=args.quality_trials, tuner="xgb", log=log, tuner_options={"transfer": []})
-        weight = task.op == "dense"  # a layer's weight: every library may pack it once, ahead of the calls
-        ms = metaschedule_kernel(task, args.ms_trials, str(work / task.key / f"ms-{args.ms_trials}{'-pre' * weight}"),
-                                 layout_free=(1,) if weight else ())
-        with tempfile.TemporaryDirectory() as tmp:
-            best = build_best(log, task)
-            best.executable.export_library(f"{tmp}/ours.so")
-            commands = {"ours": ["tvm", f"{tmp}/ours.so", *TASKS[label], "--config", str(best.config.index)],
-                        "torch": ["torch", *TASKS[label], *["--prepacked"] * weight]}
-            if ms is not None:
-                ms[0].export_library(f"{tmp}/ms.so")
-                relaid = ms[1](random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED))
-                np.savez(f"{tmp}/ms.npz", **{f"arg{i}": a for i, a in enumerate(relaid)})
-                commands["ms"] = ["tvm", f"{tmp}/ms.so", *TASKS[label], "--inputs", f"{tmp}/ms.npz"]
-            if weight:
-                commands["per_call"] = ["torch", *TASKS[label]]  # F.linear: no weight packed ahead
-            times = dict(zip(commands, isolated_best_of(list(commands.values()), rounds=5)))
+        saved = work / task.key / f"quality-{args.quality_trials}-ms{args.ms_trials}.json"
+        if not saved.exists():
+            times = time_quality_kernels(args, work, label, task)
+            saved.write_text(json.dumps({"times": times, "started_from": args.quality_start}))
+        times = json.loads(saved.read_text())["times"]
         ours, t_torch, t_ms = times["ours"], min(times["torch"], times.get("per_call", math.inf)), times.get("ms", math.nan)
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
         ratios_t.append(t_torch / ours)
@@ -424,7 +415,7 @@ def kernel_quality(args, work: Path) -> list[str]:
         rows.append(f"| {label} | {gf(ours):.0f} | {gf(t_torch):.0f} | {gf(t_ms):.0f} | {t_torch / ours:.2f}x | "
                     f"{t_ms / ours:.2f}x |")
         print(rows[-1], flush=True)
-        if weight:
+        if "per_call" in times:
             notes.append(f"- {label}: W is a layer's weight, which each library may pack once, ahead of the calls "
                          "(autotune: `Relayout`; MetaSchedule: `layout_free_buffers`, its layout-rewrite block left "
                          "out of the timed kernel; torch: oneDNN's `_reorder_linear_weight` + `_linear_pointwise`, "
@@ -433,6 +424,45 @@ def kernel_quality(args, work: Path) -> list[str]:
     geo = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
     rows.append(f"| geometric mean | | | | {geo(ratios_t):.2f}x | {geo(ratios_ms):.2f}x |")
     return rows + ([""] + notes if notes else [])
+
+
+def time_quality_kernels(args, work: Path, label: str, task) -> dict[str, float]:
+    """Tunes the task with cold xgb for --quality-trials and MetaSchedule for --ms-trials, then times our best,
+    torch and MetaSchedule's best side by side: name -> seconds (least of 5 rounds, each in a fresh process)."""
+    import shutil
+    import tempfile
+
+    import numpy as np
+
+    from _baselines import isolated_best_of, metaschedule_kernel
+    from autotune import build_best, tune
+    from autotune.measure_worker import INPUT_SEED
+    from autotune.ops import random_inputs
+
+    log = work / task.key / "quality" / f"xgb-{args.quality_trials}.jsonl"
+    log.parent.mkdir(exist_ok=True)
+    start = work / task.key / f"{args.quality_start}.jsonl" if args.quality_start else None
+    if start is not None and not log.exists():
+        if not start.exists():
+            raise SystemExit(f"--quality-start: no log {start}")
+        shutil.copyfile(start, log)  # the quality run continues that run (resume retrains the model from it)
+    tune(task, trials=args.quality_trials, tuner="xgb", log=log, tuner_options={"transfer": []})
+    weight = task.op == "dense"  # a layer's weight: every library may pack it once, ahead of the calls
+    ms = metaschedule_kernel(task, args.ms_trials, str(work / task.key / f"ms-{args.ms_trials}{'-pre' * weight}"),
+                             layout_free=(1,) if weight else ())
+    with tempfile.TemporaryDirectory() as tmp:
+        best = build_best(log, task)
+        best.executable.export_library(f"{tmp}/ours.so")
+        commands = {"ours": ["tvm", f"{tmp}/ours.so", *TASKS[label], "--config", str(best.config.index)],
+                    "torch": ["torch", *TASKS[label], *["--prepacked"] * weight]}
+        if ms is not None:
+            ms[0].export_library(f"{tmp}/ms.so")
+            relaid = ms[1](random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED))
+            np.savez(f"{tmp}/ms.npz", **{f"arg{i}": a for i, a in enumerate(relaid)})
+            commands["ms"] = ["tvm", f"{tmp}/ms.npz".replace(".npz", ".so"), *TASKS[label], "--inputs", f"{tmp}/ms.npz"]
+        if weight:
+            commands["per_call"] = ["torch", *TASKS[label]]  # F.linear: no weight packed ahead
+        return dict(zip(commands, isolated_best_of(list(commands.values()), rounds=5)))
 
 
 def main() -> None:
@@ -444,60 +474,79 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--quality-trials", type=int, default=0, help="also tune xgb this long and compare kernels")
+    ap.add_argument("--quality-only", action="store_true", help="only the kernel comparison (no curves)")
+    ap.add_argument("--quality-start", metavar="RUN", help="continue this run's log (e.g. xgb-loop-s0) to "
+                    "--quality-trials instead of tuning from nothing")
     ap.add_argument("--ms-trials", type=int, default=300)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default="benchmarks/work/search")
     ap.add_argument("--model-logs", default="benchmarks/work/models",
                     help="logs of other tasks (bench_model.py's) also used to train the leave-one-task-out model")
     args = ap.parse_args()
+    if args.quality_only and not args.quality_trials:
+        ap.error("--quality-only needs --quality-trials")
     reexec_clean(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    if not args.quality_only:
+        body = search_section(args, work)
+        write_section("bench_search", body)
+        print(body, flush=True)
+    if args.quality_trials:
+        body = quality_section(args, work)
+        write_section("bench_search_quality", body)
+        print(body, flush=True)
 
+
+def search_section(args, work: Path) -> str:
+    """Tuning curves, sample efficiency, feature extraction speed and leave-one-task-out model quality."""
     t0 = time.time()
     curves, samples = run_curves(args, work)
     method_trials = (f"--method-trials {' '.join(f'{m}={n}' for m, n in args.method_trials)} "
                      if args.method_trials else "")
-    png = Path(__file__).with_name("search_curves.png")
-    plot(curves, png)
-    body = ["## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`)", "",
-            f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
-            f"--seeds {' '.join(map(str, args.seeds))}" + (f" --quality-trials {args.quality_trials} --ms-trials "
-                                                   f"{args.ms_trials}" if args.quality_trials else "") +
-            f"`; {args.threads} threads; wall time of this invocation up to the kernel-quality part "
-            f"{time.time() - t0:.0f} s (runs found complete in their logs are not measured again). Each config is "
-            "measured once per task and every run replays that first measurement. Scores: a config's first "
-            "measurement, except for the "
-            f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found), which are "
-            f"timed {RETIMES} more times after all runs (rounds over all contenders in a shuffled order) and scored "
-            "by the median of those timings: one timing varies by about 5%, and the best of a thousand first "
-            "measurements was mostly luck (5-10% above its own re-timings). "
-            "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`. "
-            "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the model benchmark's logs "
-            f"(`{args.model_logs}`, {len(list(Path(args.model_logs).glob('*.jsonl')))} files), never on the task "
-            "itself.", "",
-            "### Sample efficiency", "", *efficiency_table(curves, samples), "",
-            "Trials each method needs, on the mean of its seeds' curves, to do as well as random search does "
-            f"in {args.trials}:", "", *match_random_table(curves, args.trials), "",
-            "### Feature extraction speed", "", *extraction_speed(args.tasks), "",
-            "### Cost model quality, leave one task out (loop features)", "",
-            *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")))]
-    write_section("bench_search", "\n".join(body))  # written now too, in case the long part below is stopped
-    print("\n".join(body), flush=True)
-    if args.quality_trials:
-        from autotune.retime import RETIMES as RETIMES_TUNE
+    plot(curves, Path(__file__).with_name("search_curves.png"))
+    return "\n".join([
+        "## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`)", "",
+        f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
+        f"--seeds {' '.join(map(str, args.seeds))}`; {args.threads} threads; wall time of the runs {time.time() - t0:.0f} s "
+        "(runs found complete in their logs are not measured again). Each config is "
+        "measured once per task and every run replays that first measurement. Scores: a config's first "
+        "measurement, except for the "
+        f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found), which are "
+        f"timed {RETIMES} more times after all runs (rounds over all contenders in a shuffled order) and scored "
+        "by the median of those timings: one timing varies by about 5%, and the best of a thousand first "
+        "measurements was mostly luck (5-10% above its own re-timings). "
+        "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`. "
+        "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the model benchmark's logs "
+        f"(`{args.model_logs}`, {len(list(Path(args.model_logs).glob('*.jsonl')))} files), never on the task "
+        "itself.", "",
+        "### Sample efficiency", "", *efficiency_table(curves, samples), "",
+        "Trials each method needs, on the mean of its seeds' curves, to do as well as random search does "
+        f"in {args.trials}:", "", *match_random_table(curves, args.trials), "",
+        "### Feature extraction speed", "", *extraction_speed(args.tasks), "",
+        "### Cost model quality, leave one task out (loop features)", "",
+        *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")))])
 
-        body += ["", "### Kernel quality", "",
-                 f"The best config of a cold xgb run of {args.quality_trials} trials (loop features, no transfer; as "
-                 f"`autotune tune` does, its contenders re-timed {RETIMES_TUNE} more times, scored by the median), "
-                 f"torch, and MetaSchedule's best after {args.ms_trials} trials (`tune_tir`, same target), all "
-                 "on the same inputs, the TVM outputs checked against the reference. Each time is the least of 5 "
-                 "rounds, the three timed one after the other in each round, each in a fresh process (median "
-                 "of 5 samples of >= 100 ms): timed in the benchmark's own process (after MetaSchedule's tuning "
-                 "and torch had run there), all three were 8-15% slower, ours the most.", "",
-                 *kernel_quality(args, work)]
-        write_section("bench_search", "\n".join(body))
-        print("\n".join(body[-8:]))
+
+def quality_section(args, work: Path) -> str:
+    """Our best kernel vs torch and MetaSchedule (`kernel_quality`), with how it was measured."""
+    from autotune.retime import RETIMES as RETIMES_TUNE
+
+    start = (f" It continues the seed-0 run `{args.quality_start}` of the search benchmark (its log, resumed: "
+             "the model is retrained from it) to that budget." if args.quality_start else "")
+    return "\n".join([
+        "### Kernel quality", "",
+        f"Command: `python benchmarks/bench_search.py --quality-only --quality-trials {args.quality_trials} "
+        f"--ms-trials {args.ms_trials}" + (f" --quality-start {args.quality_start}" if args.quality_start else "")
+        + f"`; {args.threads} threads. "
+        f"The best config of a cold xgb run of {args.quality_trials} trials (loop features, no transfer; as "
+        f"`autotune tune` does, its contenders re-timed {RETIMES_TUNE} more times, scored by the median).{start} "
+        f"Against torch and MetaSchedule's best after {args.ms_trials} trials (`tune_tir`, same target), all "
+        "on the same inputs, the TVM outputs checked against the reference. Each time is the least of 5 "
+        "rounds, the three timed one after the other in each round, each in a fresh process (median "
+        "of 5 samples of >= 100 ms): timed in the benchmark's own process (after MetaSchedule's tuning "
+        "and torch had run there), all three were 8-15% slower, ours the most.", "",
+        *kernel_quality(args, work)])
 
 
 if __name__ == "__main__":
