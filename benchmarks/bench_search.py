@@ -40,6 +40,8 @@ METHODS = {  # name -> (tuner, tuner options, uses transfer)
 }
 RETIME_SHARE = 0.85  # configs first measured at this share of the best any run found or more are timed again
 RETIMES = 3
+RETIME_MAX = 96  # at most this many contenders per task, the best first measurements (on a flat landscape
+#                  hundreds of configs come within 85%: 804 for matmul on Zen 4, 20 minutes of re-timing each)
 
 
 class ReplayingRunner:
@@ -100,7 +102,8 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
     """GFLOPS of every config the runs measured: for contenders, the median of RETIMES more timings; else the
     first measurement.
 
-    A contender is a config first measured at RETIME_SHARE or more of the best first measurement of any run. One
+    A contender is a config first measured at RETIME_SHARE or more of the best first measurement of any run, and
+    among the RETIME_MAX best first measurements. One
     timing varies by about 5% and the best of a thousand is mostly luck (here 5-10% above its own re-timings), so
     without this the 95% target rewards lucky draws. The re-timings are made in rounds, each over all contenders in
     a shuffled order, and kept in `retimed/retimed.jsonl` (a resumed benchmark times only new contenders).
@@ -122,7 +125,8 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
     timings: dict[int, list[float]] = {}
     for r in load_records(log) if log.exists() else []:
         timings.setdefault(r.input.config.index, []).append(r.gflops())
-    todo = [i for i in sorted(gflops) if gflops[i] >= cut and len(timings.get(i, [])) < RETIMES]
+    contenders = set(sorted((i for i in gflops if gflops[i] >= cut), key=lambda i: -gflops[i])[:RETIME_MAX])
+    todo = [i for i in sorted(contenders) if len(timings.get(i, [])) < RETIMES]
     if todo:
         print(f"{task}: timing {len(todo)} contenders {RETIMES} more times", flush=True)
         built = dict(zip(todo, builder.build([inputs[i].input for i in todo])))
@@ -135,7 +139,7 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
                     rec = inputs[i]
                     w.write(Record(rec.input, res, rec.template_version, runner.threads, versions()))
                     timings.setdefault(i, []).append(gflops_of(res))
-    return {i: float(np.median(timings[i])) if g >= cut and i in timings else g for i, g in gflops.items()}
+    return {i: float(np.median(timings[i])) if i in contenders and i in timings else g for i, g in gflops.items()}
 
 
 def curve(values: list[float], trials: int) -> list[float]:
@@ -512,7 +516,8 @@ def search_section(args, work: Path) -> str:
         "(runs found complete in their logs are not measured again). Each config is "
         "measured once per task and every run replays that first measurement. Scores: a config's first "
         "measurement, except for the "
-        f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found), which are "
+        f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found, at most the "
+        f"{RETIME_MAX} best), which are "
         f"timed {RETIMES} more times after all runs (rounds over all contenders in a shuffled order) and scored "
         "by the median of those timings: one timing varies by about 5%, and the best of a thousand first "
         "measurements was mostly luck (5-10% above its own re-timings). "
