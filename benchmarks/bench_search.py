@@ -399,13 +399,13 @@ def kernel_quality(args, work: Path) -> list[str]:
 
     import numpy as np
 
+    from autotune import make_task
+
     rows = [f"| task | autotune xgb ({args.quality_trials} trials) | torch | MetaSchedule ({args.ms_trials} trials) "
             "| vs torch | vs MetaSchedule |", "|---|---|---|---|---|---|"]
     notes = []
     ratios_t, ratios_ms = [], []
     for label in args.tasks:
-        from autotune import make_task
-
         task = make_task(*TASKS[label])
         saved = work / task.key / f"quality-{args.quality_trials}-ms{args.ms_trials}.json"
         if not saved.exists():
@@ -463,7 +463,7 @@ def time_quality_kernels(args, work: Path, label: str, task) -> dict[str, float]
             ms[0].export_library(f"{tmp}/ms.so")
             relaid = ms[1](random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED))
             np.savez(f"{tmp}/ms.npz", **{f"arg{i}": a for i, a in enumerate(relaid)})
-            commands["ms"] = ["tvm", f"{tmp}/ms.npz".replace(".npz", ".so"), *TASKS[label], "--inputs", f"{tmp}/ms.npz"]
+            commands["ms"] = ["tvm", f"{tmp}/ms.so", *TASKS[label], "--inputs", f"{tmp}/ms.npz"]
         if weight:
             commands["per_call"] = ["torch", *TASKS[label]]  # F.linear: no weight packed ahead
         return dict(zip(commands, isolated_best_of(list(commands.values()), rounds=5)))
