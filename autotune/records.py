@@ -85,18 +85,25 @@ def iter_records(path: str | os.PathLike, stats: LogReadStats | None = None) -> 
         return
     except OSError as err:
         raise AutotuneError(f"cannot read log {p}: {err.strerror}") from None
-    with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = Record.from_json(line)
-            except Exception as err:  # any malformed line: skip it, never fail on it
-                stats.skipped += 1
-                warnings.warn(f"{p}:{lineno}: skipped corrupt record ({type(err).__name__})", stacklevel=2)
-                continue
-            stats.records += 1
-            yield rec
+    skipped, first = 0, ""
+    try:
+        with fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = Record.from_json(line)
+                except Exception as err:  # any malformed line: skip it, never fail on it
+                    skipped += 1
+                    stats.skipped += 1
+                    first = first or f"line {lineno}: {type(err).__name__}: {str(err)[:120]}"
+                    continue
+                stats.records += 1
+                yield rec
+    finally:  # one warning per log, also when the reader stops early
+        if skipped:
+            warnings.warn(f"{p}: skipped {skipped} corrupt record{'s' * (skipped > 1)} (first at {first})",
+                          stacklevel=2)
 
 
 def load_records(paths: str | os.PathLike | Iterable[str | os.PathLike],

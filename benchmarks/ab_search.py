@@ -4,7 +4,9 @@
     python benchmarks/ab_search.py --arm after --work /abs/ab --tasks "matmul 1024^3"    # from the new one
     python benchmarks/ab_search.py --report --work /abs/ab --tasks "matmul 1024^3"       # after both
 
-Each arm runs cold xgb (loop features) for --trials per seed into `<work>/<task>/<arm>-s<seed>.jsonl`. A config
+Each arm runs cold xgb (loop features) for --trials per seed into `<work>/<task>/<arm>-s<seed>.jsonl` (with
+--transfer-from, xgb pre-trained as bench_search.py's xgb-transfer: on the other tasks' xgb-loop logs in that
+work folder and on --model-logs; its report goes to the `ab_search_transfer` section). A config
 one arm measured is replayed for the other (its first measurement), so the arms differ only in what they pick,
 not in timing noise. The report scores each config by that first measurement (no re-timing: on a machine where
 hundreds of configs come within 10% of the best, bench_search.py's re-timing of contenders would take longer than
@@ -30,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
 from bench_search import (
     TASKS,
+    _transfer_records,
     ReplayingBuilder,
     ReplayingRunner,
     curve,
@@ -37,6 +40,9 @@ from bench_search import (
     per_trial,
     trials_to_reach,
 )
+
+
+EARLY = (8, 16, 32)  # the report gives each arm's mean best after these many trials
 
 
 def run_arm(args, work: Path) -> None:
@@ -56,10 +62,13 @@ def run_arm(args, work: Path) -> None:
             tdir = work / task.key
             tdir.mkdir(parents=True, exist_ok=True)
             known = first_measurements(tdir)
+            options = {"features": "loop"}
+            if args.transfer_from:
+                options["transfer"] = _transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
             for seed in args.seeds:
                 t0 = time.time()
                 res = tune(task, trials=args.trials, tuner="xgb", log=tdir / f"{args.arm}-s{seed}.jsonl", seed=seed,
-                           tuner_options={"features": "loop"}, builder=ReplayingBuilder(builder, known),
+                           tuner_options=options, builder=ReplayingBuilder(builder, known),
                            runner=ReplayingRunner(runner, known), retime=0)
                 print(f"{label} {args.arm} seed {seed}: best {res.best.gflops() if res.best else 0:.1f} GFLOPS "
                       f"({time.time() - t0:.0f} s)", flush=True)
@@ -82,6 +91,7 @@ def report_arms(args, work: Path) -> None:
 
     arms = json.loads((work / "arms.json").read_text())
     rows = []
+    early = [n for n in EARLY if n < args.trials]
     for label in args.tasks:
         task = make_task(*TASKS[label])
         tdir = work / task.key
@@ -95,17 +105,27 @@ def report_arms(args, work: Path) -> None:
             reach = [t for t in (trials_to_reach(c, target) for c in curves) if t is not None]
             median = f"{int(np.median(reach))}" if reach else f"> {args.trials}"
             rows.append(f"| {label} | {target:.0f} ({easy:.0%} of {len(scores)}) | {arm} ({arms[arm]}) | "
-                        f"{len(reach)}/{len(curves)} | {median} | {np.mean([c[-1] for c in curves]):.1f} | "
+                        f"{len(reach)}/{len(curves)} | {median} | "
+                        f"{' / '.join(f'{np.mean([c[n - 1] for c in curves]):.0f}' for n in early)} | "
+                        f"{np.mean([c[-1] for c in curves]):.1f} | "
                         f"{np.mean([register_tiles(rs, space) for rs in by_seed]):.1f} |")
-    body = ["## A/B of tuner versions (`benchmarks/ab_search.py`)", "",
+    title = "A/B of tuner versions, with transfer (`benchmarks/ab_search.py --transfer-from`)" if args.transfer_from \
+        else "A/B of tuner versions (`benchmarks/ab_search.py`)"
+    body = [f"## {title}", "",
             f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python "
             f"benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds {' '.join(map(str, args.seeds))} "
-            f"--tasks {' '.join(repr(t) for t in args.tasks)}` from each arm's checkout, then `--report`; cold xgb, "
-            "loop features; a config measured by one arm is replayed for the other; scores are first measurements.",
+            f"--tasks {' '.join(repr(t) for t in args.tasks)}"
+            + (f" --transfer-from {args.transfer_from} --model-logs {os.path.relpath(args.model_logs, ROOT)}"
+               if args.transfer_from else "")
+            + "` from each arm's checkout, then `--report`; "
+            + ("xgb pre-trained on the other tasks' records" if args.transfer_from else "cold xgb")
+            + ", loop features; a config measured by one arm is replayed for the other; scores are first "
+            "measurements.",
             "", "| task | 95% of best any, GFLOPS (share of measured configs reaching it) | arm (commit) | "
-            "seeds reaching it | median trials to reach | mean final best | distinct innermost-factor tuples per run |",
-            "|---|---|---|---|---|---|---|", *rows]
-    report("ab_search", "\n".join(body))
+            f"seeds reaching it | median trials to reach | mean best after {' / '.join(map(str, early))} trials | "
+            "mean final best | distinct innermost-factor tuples per run |",
+            "|---|---|---|---|---|---|---|---|", *rows]
+    report("ab_search_transfer" if args.transfer_from else "ab_search", "\n".join(body))
 
 
 def main() -> None:
@@ -117,6 +137,9 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3"], choices=list(TASKS))
     ap.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "work", "ab"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--transfer-from", metavar="DIR", help="bench_search.py work folder: pre-train each run on "
+                    "the other tasks' xgb-loop logs there (and on --model-logs)")
+    ap.add_argument("--model-logs", default=os.path.join(ROOT, "benchmarks", "work", "models"))
     args = ap.parse_args()
     if bool(args.arm) == args.report:
         ap.error("give either --arm NAME or --report")

@@ -314,7 +314,9 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
     """Leave one task out: train on the other tasks' records, rank the held-out task's records.
 
     Each held-out task is ranked by a model trained on the other search tasks, and, when `extra_logs`
-    exist, by one also trained on those logs' tasks (never on a record of the held-out task itself).
+    exist, by one also trained on those logs' tasks (never on a record of the held-out task itself). Scored on
+    all the task's measured configs (mostly near-peak ones the xgb runs picked) and on those random search drew
+    (a sample of the whole space); `noise_ceiling` gives what a perfect model would score on each.
     """
     import numpy as np
 
@@ -325,17 +327,26 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
     for label in labels:
         task = make_task(*TASKS[label])
         logs = sorted((work / task.key).glob("*.jsonl"))
-        by_task[label] = (task.key, load_records(logs) if logs else [])
+        drawn = [r for r in load_records([p for p in logs if p.name.startswith("random-")]) if r.result.ok]
+        by_task[label] = (task.key, load_records(logs) if logs else [], drawn)
     extra = load_records(list(extra_logs)) if extra_logs else []
     n_extra = len({r.task.key for r in extra})
-    rows = [("| held-out task | trained on | train records | test configs | objective | Spearman | top-10 recall "
-             "| best of predicted top 10 / best |"), "|---|---|---|---|---|---|---|---|"]
-    for label, (key, held) in by_task.items():
-        search = [r for other, (_, recs) in by_task.items() if other != label for r in recs]
+    rows = [("| held-out task | trained on | train records | test configs | objective | Spearman | Spearman, "
+             "random-search configs | top-10 recall | best of predicted top 10 / best |"),
+            "|---|---|---|---|---|---|---|---|---|"]
+    ceilings = ["| held-out task | one timing's noise (sigma) | perfect model's Spearman, all test configs | same, "
+                "random-search configs |", "|---|---|---|---|"]
+    for label, (key, held, drawn_records) in by_task.items():
+        search = [r for other, (_, recs, _) in by_task.items() if other != label for r in recs]
         test = records_dataset([r for r in held if r.result.ok], features="loop")
+        drawn = records_dataset(drawn_records, features="loop")
         if not search or len(test) < 20:
             continue
-        sets = [("the other 3 search tasks", search)]
+        sigma = timing_noise(work / key / "retimed" / "retimed.jsonl")
+        ceilings.append(f"| {label} | {sigma:.1%} | {noise_ceiling(test.y, sigma):.2f} | "
+                        f"{noise_ceiling(drawn.y, sigma):.2f} |")
+        others = len(by_task) - 1
+        sets = [(f"the other {others} search task{'s' * (others > 1)}", search)]
         if extra:
             sets.append((f"those + {n_extra} model tasks", search + [r for r in extra if r.task.key != key]))
         for what, train in sets:
@@ -345,9 +356,33 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
                 top_true = set(np.argsort(-test.y)[:10])
                 top_pred = np.argsort(-pred)[:10]
                 rows.append(f"| {label} | {what} | {len(train)} | {len(test)} | {objective} | "
-                            f"{_spearman(pred, test.y):.2f} | {len(top_true & set(top_pred)) / 10:.1f} | "
-                            f"{test.y[top_pred].max() / test.y.max():.2f} |")
-    return rows
+                            f"{_spearman(pred, test.y):.2f} | {_spearman(model.predict(drawn.X), drawn.y):.2f} | "
+                            f"{len(top_true & set(top_pred)) / 10:.1f} | {test.y[top_pred].max() / test.y.max():.2f} |")
+    return rows + ["", "Timing noise and the Spearman a model that knew every config's true speed would score "
+                   "against one timing of each (sigma: spread of log-throughput over a contender's re-timings; "
+                   "mean of 50 draws):", "", *ceilings]
+
+
+def timing_noise(retimed_log: Path) -> float:
+    """Standard deviation of one timing's log-throughput, pooled over the configs timed several times."""
+    import numpy as np
+
+    from autotune import load_records
+
+    timings: dict[int, list[float]] = {}
+    for r in load_records(retimed_log) if retimed_log.exists() else []:
+        if r.result.ok:
+            timings.setdefault(r.input.config.index, []).append(np.log(r.result.mean_s))
+    var = [np.var(t, ddof=1) for t in timings.values() if len(t) > 1]
+    return float(np.sqrt(np.mean(var))) if var else float("nan")
+
+
+def noise_ceiling(y, sigma: float, draws: int = 50) -> float:
+    """Mean Spearman between throughputs `y` and `y` with one timing's noise (log-normal, `sigma`) added."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return float(np.mean([_spearman(y, y * np.exp(sigma * rng.standard_normal(len(y)))) for _ in range(draws)]))
 
 
 def extraction_speed(labels, n: int = 192) -> list[str]:
@@ -498,7 +533,8 @@ def main() -> None:
         print(body, flush=True)
     if args.quality_trials:
         body = quality_section(args, work)
-        write_section("bench_search_quality", body)
+        suffix = "" if args.quality_trials == 300 else f"_{args.quality_trials}"  # another budget: its own section
+        write_section(f"bench_search_quality{suffix}", body)
         print(body, flush=True)
 
 
@@ -540,7 +576,7 @@ def quality_section(args, work: Path) -> str:
     start = (f" It continues the seed-0 run `{args.quality_start}` of the search benchmark (its log, resumed: "
              "the model is retrained from it) to that budget." if args.quality_start else "")
     return "\n".join([
-        "### Kernel quality", "",
+        f"### Kernel quality at {args.quality_trials} trials", "",
         f"Command: `python benchmarks/bench_search.py --quality-only --quality-trials {args.quality_trials} "
         f"--ms-trials {args.ms_trials}" + (f" --quality-start {args.quality_start}" if args.quality_start else "")
         + f"`; {args.threads} threads. "

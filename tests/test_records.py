@@ -34,9 +34,9 @@ def test_corrupt_and_truncated_lines_are_skipped_and_counted(tmp_path, small_mat
         fh.write("not json\n{\"task\": 1}\n")
         fh.write(_rec(small_matmul, 3, 2e-3).to_json()[:40])  # killed mid-write: no newline
     stats = LogReadStats()
-    with pytest.warns(UserWarning, match="skipped corrupt record"):
+    with pytest.warns(UserWarning, match=r"a.jsonl: skipped 3 corrupt records \(first at line 2: ") as caught:
         recs = load_records(log, stats)
-    assert len(recs) == 1 and stats.skipped == 3
+    assert len(recs) == 1 and stats.skipped == 3 and len(caught) == 1  # one warning per log, not per line
     with LogWriter(log) as w:  # appending after a partial line must not glue onto it
         w.write(_rec(small_matmul, 4, 5e-4))
     stats = LogReadStats()

@@ -142,16 +142,34 @@ def _first_batch_cost(tuner) -> float:
 def test_transfer_records_guide_the_first_batch():
     transfer = _other_task_records(160)
     guided = [_first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, transfer=transfer, sa_chains=8,
-                                         sa_steps=12)) for s in range(2)]
+                                         sa_steps=12, transfer_explore=0.15)) for s in range(2)]
     blind = [_first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s)) for s in range(2)]
     assert np.mean(guided) < 0.7 * np.mean(blind), (guided, blind)
+
+
+def _batch_best(tuner) -> float:
+    return min(c for i in tuner.next_batch(16) if (c := toy_matmul_cost(MM, MM_SPACE.get(i))) is not None)
+
+
+def test_random_share_of_transfer_batches_limits_misleading_records():
+    """Records that rank this task backwards (the slowest first) steer the model's picks to slow configs; half
+    the batch drawn at random still finds fast ones."""
+    space = TOY_MATMUL.define_space(OTHER_MM)
+    inputs, results = _measure(OTHER_MM, space, space.sample(np.random.default_rng(9), 160))
+    inverted = [MeasureResult((1e-6 / r.mean_s,), None, "", 0.0, 0.0) if r.ok else r for r in results]
+    wrong = [Record(i, r, TOY_MATMUL.version, 1, {}) for i, r in zip(inputs, inverted)]
+    options = {"transfer": wrong, "sa_chains": 8, "sa_steps": 12}
+    misled = [_batch_best(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, transfer_explore=0.15, **options))
+              for s in range(3)]
+    hedged = [_batch_best(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, **options)) for s in range(3)]
+    assert np.mean(hedged) < 0.7 * np.mean(misled), (hedged, misled)
 
 
 def test_saved_cost_model_guides_the_first_batch(tmp_path):
     path = tmp_path / "model.json"
     train_from_records(_other_task_records(160), features="loop").save(path)
     guided = _first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, cost_model=str(path), sa_chains=8,
-                                        sa_steps=12))
+                                        sa_steps=12, transfer_explore=0.15))
     blind = _first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0))
     assert guided < 0.7 * blind
     with pytest.raises(ValueError, match="loop features"):

@@ -95,8 +95,11 @@ class XGBTuner:
     arrive (own rows weigh `n_transfer / transfer_halflife` each, so at `transfer_halflife` own records
     both weigh the same). cost_model: path of a saved model whose trees the new ones are added to.
     batch_size: configs planned per model refresh; next_batch serves from that plan until update().
-    explore: share of each batch drawn at random. knob_weight: bonus for each knob value new to a batch (diversity;
-    0 picks the top predictions); min_distance: knob changes between two configs of one batch.
+    explore: share of each batch drawn at random; transfer_explore: that share while only transfer records (or
+    the loaded model) guide the search, before two of the task's own measurements differ: a hedge against records
+    that mis-rank a new operator, and an unbiased first sample for the task's own model.
+    knob_weight: bonus for each knob value new to a batch (diversity; 0 picks the top predictions);
+    min_distance: knob changes between two configs of one batch.
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
     feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
     about 1.5x faster on 2 idle cores; worth more on many cores).
@@ -104,8 +107,8 @@ class XGBTuner:
 
     def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0, features: str = "loop",
                  transfer: Iterable[Record] = (), cost_model: str | None = None, batch_size: int | None = None,
-                 objective: str = "rank", explore: float = 0.15, sa_chains: int = 16, sa_steps: int = 16,
-                 sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1,
+                 objective: str = "rank", explore: float = 0.15, transfer_explore: float = 0.5, sa_chains: int = 16,
+                 sa_steps: int = 16, sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1,
                  transfer_halflife: int = 16, transfer_max_per_task: int = 512, n_rounds: int = 200, feature_workers: int = 0,
                  cache: FeatureCache | None = None):
         import search_spaces
@@ -117,7 +120,8 @@ class XGBTuner:
         self.template = search_spaces.resolve(template_ref)
         self.features, self.objective, self.seed = features, objective, seed
         self.batch_size = batch_size
-        self.explore, self.knob_weight, self.min_distance = explore, knob_weight, min_distance
+        self.explore, self.transfer_explore = explore, transfer_explore
+        self.knob_weight, self.min_distance = knob_weight, min_distance
         self.sa_chains, self.sa_steps, self.sa_temperature = sa_chains, sa_steps, sa_temperature
         self.transfer_halflife, self.n_rounds = transfer_halflife, n_rounds
         self.cache = cache if cache is not None else FeatureCache()
@@ -135,6 +139,7 @@ class XGBTuner:
         self._leftovers: list[int] = []  # good unproposed points of the last search, rescored as next start points
         self._model: XGBCostModel | None = None
         self._stale = True  # the model has not seen the latest data
+        self._own_informative = False  # two of the task's own measurements differ: they train the model
         self._base = self._load_base(cost_model)
         self._transfer = self._transfer_data(transfer, transfer_max_per_task)
 
@@ -207,7 +212,7 @@ class XGBTuner:
         if self.features == "loop":  # measured configs (also those of a resumed log) mark their rows as taken
             self._proposed_rows.update(row.tobytes() for row in X[ok])
         X, y = X[ok], np.array([self._own[i] for i in indices])[ok]
-        own_informative = len(np.unique(y)) >= 2
+        own_informative = self._own_informative = len(np.unique(y)) >= 2
         if not own_informative and self._transfer is None:
             self._model = self._base  # None: random proposals until two measurements differ
             return
@@ -248,7 +253,8 @@ class XGBTuner:
     def _make_plan(self, n: int) -> list[int]:
         if self.model is None:
             return self._random(n, set())
-        n_random = int(self.explore * n) + int(self._rng.random() < self.explore * n % 1)
+        explore = self.explore if self._own_informative else max(self.explore, self.transfer_explore)
+        n_random = int(explore * n) + int(self._rng.random() < explore * n % 1)
         n_model = n - n_random
         starts = self._starts()
         visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
