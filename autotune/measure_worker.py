@@ -15,6 +15,8 @@ from .ops import check_output, random_inputs, reduction_size
 from .task import Task
 from .timing import time_kernel
 
+WORKER_IMPORTS = ("tvm", "search_spaces")  # a fresh worker imports them before its first call's deadline
+
 INPUT_SEED = 0
 
 

@@ -3,12 +3,15 @@
 Each worker is one spawned Python process that runs functions (picklable by reference)
 sent over a pipe. The parent waits with a deadline and kills the process on timeout, so
 a kernel that hangs while holding the GIL, or that segfaults, costs one call, never the
-caller. A fresh process replaces a dead one on the next call.
+caller. A fresh process replaces a dead one on the next call. A call's deadline covers the
+call only: the process start and the import of the function's module (TVM: seconds on a
+cold disk) come first, under their own, longer deadline (IMPORT_TIMEOUT).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import signal
 import subprocess
@@ -19,11 +22,20 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Sequence
 
+IMPORT_TIMEOUT = 300.0  # seconds for a fresh worker to start and import a called function's module
+
+
 @dataclass(frozen=True)
 class CallResult:
     status: str  # "ok" | "error" (exception, message = traceback) | "timeout" | "crash"
     value: Any = None
     message: str = ""
+
+
+def _import(module: str) -> None:
+    """Import `module` and the modules it lists in WORKER_IMPORTS (those its functions import when called)."""
+    for name in (module, *getattr(importlib.import_module(module), "WORKER_IMPORTS", ())):
+        importlib.import_module(name)
 
 
 def _die_with_parent() -> None:
@@ -58,6 +70,7 @@ class Worker:
         self._env = {**os.environ, **(env or {}), "PYTHONPATH": path}
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
+        self._imported: set[str] = set()  # modules this process has imported (their functions can be called)
 
     def _ensure(self) -> Connection:
         if self._proc is not None and self._proc.poll() is None and self._conn is not None:
@@ -74,6 +87,11 @@ class Worker:
         return self._conn
 
     def call(self, fn: Callable, args: Sequence[Any], timeout: float | None) -> CallResult:
+        if fn.__module__ not in self._imported and fn is not _import:  # start-up and imports: not the call's time
+            loaded = self.call(_import, (fn.__module__,), IMPORT_TIMEOUT)
+            if loaded.status != "ok":
+                return loaded
+            self._imported.add(fn.__module__)
         conn = self._ensure()
         try:
             conn.send((fn, tuple(args)))
@@ -95,6 +113,7 @@ class Worker:
         if self._conn is not None:
             self._conn.close()
         self._proc, self._conn = None, None
+        self._imported = set()
 
 
 class _Duplex:

@@ -122,15 +122,19 @@ def kernel_shares(work: Path, peak: float) -> list[str]:
     from autotune import make_task
     from bench_search import TASKS
 
-    rows = ["| task | budget (trials) | autotune | torch | MetaSchedule |", "|---|---|---|---|---|"]
+    rows = ["| task | budget (trials), seed | autotune | torch | MetaSchedule |", "|---|---|---|---|---|"]
     for label, (op, shape) in TASKS.items():
         task = make_task(op, shape)
-        for saved in sorted((work / task.key).glob("quality-*-ms*.json"), key=lambda p: int(p.stem.split("-")[1])):
+        runs = {}  # (budget, seed) -> saved timings; names: quality-<trials>-ms<trials>[-s<seed>].json
+        for saved in (work / task.key).glob("quality-*-ms*.json"):
+            parts = saved.stem.split("-")
+            runs[int(parts[1]), int(parts[3][1:]) if len(parts) > 3 else 0] = saved
+        for (trials, seed), saved in sorted(runs.items()):
             times = json.loads(saved.read_text())["times"]
             torch_s = min(times["torch"], times.get("per_call", float("inf")))
             cells = [f"{task.flops / s / 1e9:.0f} ({task.flops / s / 1e9 / peak:.0%})"
                      for s in (times["ours"], torch_s, times.get("ms", float("nan")))]
-            rows.append(f"| {label} | {saved.stem.split('-')[1]} | {' | '.join(cells)} |")
+            rows.append(f"| {label} | {trials}, {seed} | {' | '.join(cells)} |")
     return rows
 
 

@@ -426,9 +426,10 @@ def _spearman(a, b) -> float:
 def kernel_quality(args, work: Path) -> list[str]:
     """Best xgb kernel after --quality-trials vs torch and MetaSchedule at the same trial budget.
 
-    Each task's timings are kept in `<work>/<task>/quality-<trials>-ms<trials>.json`: a re-run (another --tasks
-    subset, or a run stopped half way) times only the tasks without one, and the table lists every task of
-    --tasks. Within a row the three kernels are always timed side by side, in the same rounds.
+    Each task's timings are kept in `<work>/<task>/quality-<trials>-ms<trials>[-s<seed>].json`: a re-run (another
+    --tasks subset, or a run stopped half way) times only the tasks without one, and the table lists every task of
+    --tasks, once per seed of --quality-seeds (both tuners run with that seed). Within a row the three kernels are
+    always timed side by side, in the same rounds.
     """
     import json
 
@@ -440,22 +441,23 @@ def kernel_quality(args, work: Path) -> list[str]:
             "| vs torch | vs MetaSchedule |", "|---|---|---|---|---|---|"]
     notes = []
     ratios_t, ratios_ms = [], []
-    for label in args.tasks:
+    for label, seed in ((label, seed) for label in args.tasks for seed in args.quality_seeds):
         task = make_task(*TASKS[label])
-        saved = work / task.key / f"quality-{args.quality_trials}-ms{args.ms_trials}.json"
+        saved = work / task.key / f"quality-{args.quality_trials}-ms{args.ms_trials}{_seed_suffix(seed)}.json"
         if not saved.exists():
-            times = time_quality_kernels(args, work, label, task)
-            saved.write_text(json.dumps({"times": times, "started_from": args.quality_start}))
+            times = time_quality_kernels(args, work, label, task, seed)
+            saved.write_text(json.dumps({"times": times, "started_from": args.quality_start if seed == 0 else None}))
         times = json.loads(saved.read_text())["times"]
         ours, t_torch, t_ms = times["ours"], min(times["torch"], times.get("per_call", math.inf)), times.get("ms", math.nan)
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
         ratios_t.append(t_torch / ours)
         ratios_ms.append(t_ms / ours)
-        rows.append(f"| {label} | {gf(ours):.0f} | {gf(t_torch):.0f} | {gf(t_ms):.0f} | {t_torch / ours:.2f}x | "
+        row_label = f"{label}, seed {seed}" if len(args.quality_seeds) > 1 else label
+        rows.append(f"| {row_label} | {gf(ours):.0f} | {gf(t_torch):.0f} | {gf(t_ms):.0f} | {t_torch / ours:.2f}x | "
                     f"{t_ms / ours:.2f}x |")
         print(rows[-1], flush=True)
         if "per_call" in times:
-            notes.append(f"- {label}: W is a layer's weight, which each library may pack once, ahead of the calls "
+            notes.append(f"- {row_label}: W is a layer's weight, which each library may pack once, ahead of the calls "
                          "(autotune: `Relayout`; MetaSchedule: `layout_free_buffers`, its layout-rewrite block left "
                          "out of the timed kernel; torch: oneDNN's `_reorder_linear_weight` + `_linear_pointwise`, "
                          f"{gf(times['torch']):.0f} GFLOPS, or `F.linear` on W as it is, "
@@ -465,9 +467,14 @@ def kernel_quality(args, work: Path) -> list[str]:
     return rows + ([""] + notes if notes else [])
 
 
-def time_quality_kernels(args, work: Path, label: str, task) -> dict[str, float]:
-    """Tunes the task with cold xgb for --quality-trials and MetaSchedule for --ms-trials, then times our best,
-    torch and MetaSchedule's best side by side: name -> seconds (least of 5 rounds, each in a fresh process)."""
+def _seed_suffix(seed: int) -> str:
+    return f"-s{seed}" if seed else ""  # seed 0 keeps the names of the runs made before seeds were an option
+
+
+def time_quality_kernels(args, work: Path, label: str, task, seed: int = 0) -> dict[str, float]:
+    """Tunes the task with cold xgb for --quality-trials and MetaSchedule for --ms-trials (both with `seed`), then
+    times our best, torch and MetaSchedule's best side by side: name -> seconds (least of 5 rounds, each in a
+    fresh process). --quality-start applies to seed 0 only."""
     import shutil
     import tempfile
 
@@ -478,17 +485,17 @@ def time_quality_kernels(args, work: Path, label: str, task) -> dict[str, float]
     from autotune.measure_worker import INPUT_SEED
     from autotune.ops import random_inputs
 
-    log = work / task.key / "quality" / f"xgb-{args.quality_trials}.jsonl"
+    log = work / task.key / "quality" / f"xgb-{args.quality_trials}{_seed_suffix(seed)}.jsonl"
     log.parent.mkdir(exist_ok=True)
-    start = work / task.key / f"{args.quality_start}.jsonl" if args.quality_start else None
+    start = work / task.key / f"{args.quality_start}.jsonl" if args.quality_start and seed == 0 else None
     if start is not None and not log.exists():
         if not start.exists():
             raise SystemExit(f"--quality-start: no log {start}")
         shutil.copyfile(start, log)  # the quality run continues that run (resume retrains the model from it)
-    tune(task, trials=args.quality_trials, tuner="xgb", log=log, tuner_options={"transfer": []})
+    tune(task, trials=args.quality_trials, tuner="xgb", log=log, seed=seed, tuner_options={"transfer": []})
     weight = task.op == "dense"  # a layer's weight: every library may pack it once, ahead of the calls
-    ms = metaschedule_kernel(task, args.ms_trials, str(work / task.key / f"ms-{args.ms_trials}{'-pre' * weight}"),
-                             layout_free=(1,) if weight else ())
+    ms_dir = work / task.key / f"ms-{args.ms_trials}{'-pre' * weight}{_seed_suffix(seed)}"
+    ms = metaschedule_kernel(task, args.ms_trials, str(ms_dir), seed=seed, layout_free=(1,) if weight else ())
     with tempfile.TemporaryDirectory() as tmp:
         best = build_best(log, task)
         best.executable.export_library(f"{tmp}/ours.so")
@@ -517,6 +524,8 @@ def main() -> None:
     ap.add_argument("--quality-start", metavar="RUN", help="continue this run's log (e.g. xgb-loop-s0) to "
                     "--quality-trials instead of tuning from nothing")
     ap.add_argument("--ms-trials", type=int, default=300)
+    ap.add_argument("--quality-seeds", type=int, nargs="+", default=[0], help="seeds of the kernel comparison's "
+                    "tuning runs (ours and MetaSchedule's; one table row per task and seed)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default="benchmarks/work/search")
     ap.add_argument("--model-logs", default="benchmarks/work/models",
@@ -579,6 +588,7 @@ def quality_section(args, work: Path) -> str:
         f"### Kernel quality at {args.quality_trials} trials", "",
         f"Command: `python benchmarks/bench_search.py --quality-only --quality-trials {args.quality_trials} "
         f"--ms-trials {args.ms_trials}" + (f" --quality-start {args.quality_start}" if args.quality_start else "")
+        + (f" --quality-seeds {' '.join(map(str, args.quality_seeds))}" if args.quality_seeds != [0] else "")
         + f"`; {args.threads} threads. "
         f"The best config of a cold xgb run of {args.quality_trials} trials (loop features, no transfer; as "
         f"`autotune tune` does, its contenders re-timed {RETIMES_TUNE} more times, scored by the median).{start} "

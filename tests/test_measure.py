@@ -54,6 +54,21 @@ def test_runner_threads_are_set_explicitly():
             w.close()
 
 
+def test_call_deadline_leaves_out_worker_start_and_imports(worker_env):
+    from tests.slow_import import quick  # 3 s of imports in a fresh worker, then an instant call
+
+    w = Worker()
+    try:
+        for _ in range(2):  # also after the worker was replaced
+            t0 = time.time()
+            result = w.call(quick, (), 1.0)
+            assert result.status == "ok" and result.value == 42, result
+            assert time.time() - t0 > 2.9  # the imports ran in the worker, before the call
+            w.close()
+    finally:
+        w.close()
+
+
 class _FakeTimer:
     """Stands in for a TVM module: records the time_evaluator arguments, returns calls of 1, 2, 3, ... ms."""
 
