@@ -87,11 +87,14 @@ class Worker:
         return self._conn
 
     def call(self, fn: Callable, args: Sequence[Any], timeout: float | None) -> CallResult:
-        if fn.__module__ not in self._imported and fn is not _import:  # start-up and imports: not the call's time
-            loaded = self.call(_import, (fn.__module__,), IMPORT_TIMEOUT)
+        if fn.__module__ not in self._imported:  # start-up and imports first: not the call's time
+            loaded = self._send(_import, (fn.__module__,), IMPORT_TIMEOUT)
             if loaded.status != "ok":
                 return loaded
             self._imported.add(fn.__module__)
+        return self._send(fn, args, timeout)
+
+    def _send(self, fn: Callable, args: Sequence[Any], timeout: float | None) -> CallResult:
         conn = self._ensure()
         try:
             conn.send((fn, tuple(args)))

@@ -32,12 +32,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
 from bench_search import (
     TASKS,
-    _transfer_records,
     ReplayingBuilder,
     ReplayingRunner,
     curve,
     first_measurements,
     per_trial,
+    transfer_records,
     trials_to_reach,
 )
 
@@ -64,7 +64,7 @@ def run_arm(args, work: Path) -> None:
             known = first_measurements(tdir)
             options = {"features": "loop"}
             if args.transfer_from:
-                options["transfer"] = _transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
+                options["transfer"] = transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
             for seed in args.seeds:
                 t0 = time.time()
                 res = tune(task, trials=args.trials, tuner="xgb", log=tdir / f"{args.arm}-s{seed}.jsonl", seed=seed,

@@ -120,16 +120,12 @@ def measure(threads: list[int]) -> list[dict]:
 def kernel_shares(work: Path, peak: float) -> list[str]:
     """Each kernel of bench_search's kernel comparisons as a share of `peak` GFLOPS."""
     from autotune import make_task
-    from bench_search import TASKS
+    from bench_search import TASKS, quality_files
 
     rows = ["| task | budget (trials), seed | autotune | torch | MetaSchedule |", "|---|---|---|---|---|"]
     for label, (op, shape) in TASKS.items():
         task = make_task(op, shape)
-        runs = {}  # (budget, seed) -> saved timings; names: quality-<trials>-ms<trials>[-s<seed>].json
-        for saved in (work / task.key).glob("quality-*-ms*.json"):
-            parts = saved.stem.split("-")
-            runs[int(parts[1]), int(parts[3][1:]) if len(parts) > 3 else 0] = saved
-        for (trials, seed), saved in sorted(runs.items()):
+        for (trials, _, seed), saved in sorted(quality_files(work / task.key).items()):
             times = json.loads(saved.read_text())["times"]
             torch_s = min(times["torch"], times.get("per_call", float("inf")))
             cells = [f"{task.flops / s / 1e9:.0f} ({task.flops / s / 1e9 / peak:.0%})"

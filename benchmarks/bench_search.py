@@ -110,7 +110,6 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
     """
     import numpy as np
 
-    from autotune import load_records
     from autotune.records import LogWriter, Record
     from autotune.version import versions
 
@@ -120,11 +119,9 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
     inputs = {r.input.config.index: r for rs in runs for r in rs}
     gflops = {i: gflops_of(known.get(i, rec.result)) for i, rec in inputs.items()}
     cut = RETIME_SHARE * max(gflops.values())
-    log = tdir / "retimed" / "retimed.jsonl"
+    log = retimed_log(tdir)
     log.parent.mkdir(exist_ok=True)
-    timings: dict[int, list[float]] = {}
-    for r in load_records(log) if log.exists() else []:
-        timings.setdefault(r.input.config.index, []).append(r.gflops())
+    timings = {i: [gflops_of(res) for res in results] for i, results in retimings(tdir).items()}
     contenders = set(sorted((i for i in gflops if gflops[i] >= cut), key=lambda i: -gflops[i])[:RETIME_MAX])
     todo = [i for i in sorted(contenders) if len(timings.get(i, [])) < RETIMES]
     if todo:
@@ -140,6 +137,21 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
                     w.write(Record(rec.input, res, rec.template_version, runner.threads, versions()))
                     timings.setdefault(i, []).append(gflops_of(res))
     return {i: float(np.median(timings[i])) if i in contenders and i in timings else g for i, g in gflops.items()}
+
+
+def retimed_log(tdir: Path) -> Path:
+    return tdir / "retimed" / "retimed.jsonl"
+
+
+def retimings(tdir: Path) -> dict:
+    """Config index -> the results of its re-timings (`retime_contenders`), in order."""
+    from autotune import load_records
+
+    log = retimed_log(tdir)
+    out: dict = {}
+    for r in load_records(log) if log.exists() else []:
+        out.setdefault(r.input.config.index, []).append(r.result)
+    return out
 
 
 def curve(values: list[float], trials: int) -> list[float]:
@@ -176,7 +188,7 @@ def run_curves(args, work: Path):
                 for seed in args.seeds:
                     opts = dict(options)
                     if tuner == "xgb":
-                        opts["transfer"] = _transfer_records(work, task, Path(args.model_logs)) if transfer else []
+                        opts["transfer"] = transfer_records(work, task, Path(args.model_logs)) if transfer else []
                     t0 = time.time()
                     res = tune(task, trials=budget(args, method), tuner=tuner, log=tdir / f"{method}-s{seed}.jsonl",
                                seed=seed, tuner_options=opts, builder=ReplayingBuilder(builder, known[label]),
@@ -210,7 +222,7 @@ def _method_trials(text: str) -> tuple[str, int]:
     return method, int(n)
 
 
-def _transfer_records(work: Path, task, model_logs: Path | None = None):
+def transfer_records(work: Path, task, model_logs: Path | None = None):
     """Records of the other tasks' cold xgb-loop runs, plus those of the model benchmark's tasks if present
     (a user's logs/ folder after tuning a few models); never a record of the task itself."""
     from autotune import load_records
@@ -326,9 +338,9 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
     by_task = {}
     for label in labels:
         task = make_task(*TASKS[label])
-        logs = sorted((work / task.key).glob("*.jsonl"))
-        drawn = [r for r in load_records([p for p in logs if p.name.startswith("random-")]) if r.result.ok]
-        by_task[label] = (task.key, load_records(logs) if logs else [], drawn)
+        per_log = {p.name: load_records(p) for p in sorted((work / task.key).glob("*.jsonl"))}
+        drawn = [r for name, recs in per_log.items() if name.startswith("random-") for r in recs if r.result.ok]
+        by_task[label] = (task.key, [r for recs in per_log.values() for r in recs], drawn)
     extra = load_records(list(extra_logs)) if extra_logs else []
     n_extra = len({r.task.key for r in extra})
     rows = [("| held-out task | trained on | train records | test configs | objective | Spearman | Spearman, "
@@ -342,7 +354,7 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
         drawn = records_dataset(drawn_records, features="loop")
         if not search or len(test) < 20:
             continue
-        sigma = timing_noise(work / key / "retimed" / "retimed.jsonl")
+        sigma = timing_noise(work / key)
         ceilings.append(f"| {label} | {sigma:.1%} | {noise_ceiling(test.y, sigma):.2f} | "
                         f"{noise_ceiling(drawn.y, sigma):.2f} |")
         others = len(by_task) - 1
@@ -363,17 +375,12 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
                    "mean of 50 draws):", "", *ceilings]
 
 
-def timing_noise(retimed_log: Path) -> float:
-    """Standard deviation of one timing's log-throughput, pooled over the configs timed several times."""
+def timing_noise(tdir: Path) -> float:
+    """Standard deviation of one timing's log-throughput, pooled over the configs re-timed several times."""
     import numpy as np
 
-    from autotune import load_records
-
-    timings: dict[int, list[float]] = {}
-    for r in load_records(retimed_log) if retimed_log.exists() else []:
-        if r.result.ok:
-            timings.setdefault(r.input.config.index, []).append(np.log(r.result.mean_s))
-    var = [np.var(t, ddof=1) for t in timings.values() if len(t) > 1]
+    logs = [[np.log(res.mean_s) for res in results if res.ok] for results in retimings(tdir).values()]
+    var = [np.var(t, ddof=1) for t in logs if len(t) > 1]
     return float(np.sqrt(np.mean(var))) if var else float("nan")
 
 
@@ -443,7 +450,7 @@ def kernel_quality(args, work: Path) -> list[str]:
     ratios_t, ratios_ms = [], []
     for label, seed in ((label, seed) for label in args.tasks for seed in args.quality_seeds):
         task = make_task(*TASKS[label])
-        saved = work / task.key / f"quality-{args.quality_trials}-ms{args.ms_trials}{_seed_suffix(seed)}.json"
+        saved = quality_file(work / task.key, args.quality_trials, args.ms_trials, seed)
         if not saved.exists():
             times = time_quality_kernels(args, work, label, task, seed)
             saved.write_text(json.dumps({"times": times, "started_from": args.quality_start if seed == 0 else None}))
@@ -469,6 +476,20 @@ def kernel_quality(args, work: Path) -> list[str]:
 
 def _seed_suffix(seed: int) -> str:
     return f"-s{seed}" if seed else ""  # seed 0 keeps the names of the runs made before seeds were an option
+
+
+def quality_file(tdir: Path, trials: int, ms_trials: int, seed: int) -> Path:
+    """Where `kernel_quality` keeps a task's timings of one budget and seed."""
+    return tdir / f"quality-{trials}-ms{ms_trials}{_seed_suffix(seed)}.json"
+
+
+def quality_files(tdir: Path) -> dict[tuple[int, int, int], Path]:
+    """(trials, MetaSchedule trials, seed) -> the timings `kernel_quality` saved in a task's folder."""
+    out = {}
+    for path in tdir.glob("quality-*-ms*.json"):
+        parts = path.stem.split("-")  # quality, <trials>, ms<trials>[, s<seed>]
+        out[int(parts[1]), int(parts[2][2:]), int(parts[3][1:]) if len(parts) > 3 else 0] = path
+    return out
 
 
 def time_quality_kernels(args, work: Path, label: str, task, seed: int = 0) -> dict[str, float]:
