@@ -13,7 +13,7 @@ hundreds of configs come within 10% of the best, bench_search.py's re-timing of 
 the runs), and gives per arm the seeds that reach 95% of the best any arm found, their median trials, the mean final
 best, and how many distinct register tiles (innermost factors of the split knobs) each run measured; and, per
 task, the share of all measured configs that reach the target (how hard it is to reach at all). Writes the
-`ab_search` section of benchmarks/RESULTS.md.
+`ab_search` section of benchmarks/RESULTS.md (or the one `--section` names).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from bench_search import (
 )
 
 
+DEFAULT_WORK = Path(ROOT, "benchmarks", "work", "ab").resolve()
 EARLY = (8, 16, 32)  # the report gives each arm's mean best after these many trials
 
 
@@ -90,6 +91,11 @@ def report_arms(args, work: Path) -> None:
     from autotune.target import host_llvm_target
 
     arms = json.loads((work / "arms.json").read_text())
+    if args.arms:
+        unknown = set(args.arms) - set(arms)
+        if unknown:
+            raise SystemExit(f"no arm {', '.join(sorted(unknown))} in {work / 'arms.json'} (arms: {', '.join(arms)})")
+        arms = {arm: arms[arm] for arm in args.arms}
     rows = []
     early = [n for n in EARLY if n < args.trials]
     for label in args.tasks:
@@ -115,9 +121,12 @@ def report_arms(args, work: Path) -> None:
             f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python "
             f"benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds {' '.join(map(str, args.seeds))} "
             f"--tasks {' '.join(repr(t) for t in args.tasks)}"
+            + (f" --work {os.path.relpath(args.work, ROOT)}" if Path(args.work).resolve() != DEFAULT_WORK else "")
             + (f" --transfer-from {args.transfer_from} --model-logs {os.path.relpath(args.model_logs, ROOT)}"
                if args.transfer_from else "")
-            + "` from each arm's checkout, then `--report`; "
+            + "` from each arm's checkout, then `--report`"
+            + (f" --arms {' '.join(arms)}" if args.arms else "")
+            + (f" --section {args.section}" if args.section else "") + "; "
             + ("xgb pre-trained on the other tasks' records" if args.transfer_from else "cold xgb")
             + ", loop features; a config measured by one arm is replayed for the other; scores are first "
             "measurements.",
@@ -125,7 +134,7 @@ def report_arms(args, work: Path) -> None:
             f"seeds reaching it | median trials to reach | mean best after {' / '.join(map(str, early))} trials | "
             "mean final best | distinct innermost-factor tuples per run |",
             "|---|---|---|---|---|---|---|---|", *rows]
-    report("ab_search_transfer" if args.transfer_from else "ab_search", "\n".join(body))
+    report(args.section or ("ab_search_transfer" if args.transfer_from else "ab_search"), "\n".join(body))
 
 
 def main() -> None:
@@ -135,11 +144,14 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3"], choices=list(TASKS))
-    ap.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "work", "ab"))
+    ap.add_argument("--work", default=str(DEFAULT_WORK))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--transfer-from", metavar="DIR", help="bench_search.py work folder: pre-train each run on "
                     "the other tasks' xgb-loop logs there (and on --model-logs)")
     ap.add_argument("--model-logs", default=os.path.join(ROOT, "benchmarks", "work", "models"))
+    ap.add_argument("--arms", nargs="+", help="arms the report compares (default: every arm run in --work)")
+    ap.add_argument("--section", help="RESULTS.md section of the report (default: ab_search, or ab_search_transfer "
+                    "with --transfer-from), to keep an earlier A/B's section")
     args = ap.parse_args()
     if bool(args.arm) == args.report:
         ap.error("give either --arm NAME or --report")

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.task import make_task
 from cost_models.features import POOLED_DIM, FeatureCache, extract
-from cost_models.loop_levels import LEVEL_DIM, N_KINDS, PER_LEVEL, level_features
+from cost_models.loop_levels import CURVE_CAPACITIES, LEVEL_DIM, N_KINDS, N_LOOPS_AT, PER_LEVEL, level_features
 from search_spaces import DEFAULT_TEMPLATES, resolve
 from search_spaces.base import PROBE_SHAPES, PROBE_TARGETS
 from search_spaces.conv2d import CONV2D_CPU
@@ -42,7 +42,15 @@ def test_matmul_levels_match_hand_computed_footprints_and_strides():
     assert sorted([k1[buf + 2], k1[buf + 4]]) == sorted([np.float32(math.log2(1 + 4 * 16 * 4)),
                                                          np.float32(math.log2(1 + 16 * 32 * 4))])
     assert _level(vec, 2)[-1] == np.float32(math.log2(1 + (4 * 32 + 4 * 16 + 16 * 32) * 4))  # working set
-    assert vec[-1] == 7
+    assert vec[N_LOOPS_AT] == 7
+    # Reuse curve: working sets from the innermost loop outward are 260, 656, 2816, 5376, 9216, 24576 bytes
+    # for 32, 128, 2048, 4096, 16384, 65536 iterations of 262144; each capacity takes the outermost that fits.
+    curve = vec[N_LOOPS_AT + 1:].reshape(len(CURVE_CAPACITIES), 2)
+    fits = {4096: (2816, 2048), 8192: (5376, 4096), 16384: (9216, 16384), 32768: (24576, 65536)}
+    for capacity, (size, iters) in fits.items():
+        per_iter, runs = curve[CURVE_CAPACITIES.index(capacity)]
+        assert per_iter == np.float32(math.log2(size / iters))
+        assert runs == np.float32(math.log2(262144 / iters))
 
 
 def test_reduction_inside_or_outside_the_mid_tile_is_visible():
@@ -72,7 +80,7 @@ def test_every_template_gives_level_features(op, kind):
         except Exception:  # noqa: BLE001, S112 - an illegal config
             continue
         vec = level_features(sch.mod["main"])
-        assert vec[-1] >= 2 and np.isfinite(vec).all() and vec[:PER_LEVEL].any()
+        assert vec[N_LOOPS_AT] >= 2 and np.isfinite(vec).all() and vec[:PER_LEVEL].any()
         done += 1
     assert done >= 3
 

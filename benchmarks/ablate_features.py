@@ -1,0 +1,140 @@
+"""Which parts of the loop feature row rank configs: the cost model trained with parts of the row left out.
+
+    python benchmarks/ablate_features.py                       # bench_search.py's logs, 4 tasks
+
+Reads the logs `bench_search.py` wrote (--work). A loop feature row is three blocks: PerStoreFeature's
+per-store rows pooled (`pooled`), the main block's innermost loop levels (`levels`) and the reuse curve over
+cache capacities (`curve`); `knob` is the config's knob values. For each feature set and task:
+
+- in-task: a model trained on 64 (and 300) of the task's random-search configs ranks the rest of them
+  (Spearman, mean of 5 random splits), which is how well a cold tuning run can learn the task;
+- leave-one-task-out: a model trained on all configs of the other tasks ranks all of this task's measured
+  configs and its random-search configs (Spearman, mean of 3 model seeds, rows and columns subsampled to 80%
+  so that the seeds differ).
+
+The default rank objective throughout. Writes the `ablate_features` section of benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import reexec_clean, report
+from bench_search import TASKS, _spearman
+
+FEATURE_SETS = ("all", "no curve", "no levels", "pooled", "knob")
+IN_TASK_TRAIN = (64, 300)
+SPLITS = 5
+MODEL_SEEDS = 3
+
+
+def columns(name: str):
+    """Column selector of the loop row for a feature set (None: knob features)."""
+    import numpy as np
+
+    from cost_models.features import LOOP_DIM, POOLED_DIM
+    from cost_models.loop_levels import CURVE_DIM
+
+    curve = np.arange(LOOP_DIM - CURVE_DIM, LOOP_DIM)
+    levels = np.arange(POOLED_DIM, LOOP_DIM - CURVE_DIM)
+    pooled = np.arange(POOLED_DIM)
+    return {"all": np.arange(LOOP_DIM), "no curve": np.concatenate([pooled, levels]),
+            "no levels": np.concatenate([pooled, curve]), "pooled": pooled, "knob": None}[name]
+
+
+def task_data(work: Path, label: str):
+    """(loop rows, knob rows, throughputs, drawn by random search?) of every measured config of a task."""
+    import numpy as np
+
+    from autotune import load_records, make_task
+    from cost_models import records_dataset
+
+    task = make_task(*TASKS[label])
+    logs = sorted((work / task.key).glob("*.jsonl"))
+    records = [r for p in logs for r in load_records(p)]
+    drawn = {r.input.config.index for p in logs if p.name.startswith("random-") for r in load_records(p)}
+    ok = [r for r in records if r.result.ok]
+    order = sorted({r.input.config.index for r in ok})
+    loop = records_dataset(ok, features="loop")  # one row per config, in index order
+    knob = records_dataset(ok, features="knob")
+    if len(loop) != len(order) or len(knob) != len(order):
+        raise RuntimeError(f"{label}: feature rows do not line up with the configs")
+    return loop.X, knob.X, loop.y, np.array([i in drawn for i in order])
+
+
+def in_task(X, y, n_train: int, rng) -> float:
+    import numpy as np
+
+    from cost_models import XGBCostModel
+
+    scores = []
+    for _ in range(SPLITS):
+        perm = rng.permutation(len(y))
+        train, test = perm[:n_train], perm[n_train:]
+        model = XGBCostModel().fit(X[train], y[train], np.zeros(len(train), dtype=int))
+        scores.append(_spearman(model.predict(X[test]), y[test]))
+    return float(np.mean(scores))
+
+
+def leave_one_out(data: dict, label: str, cols) -> tuple[float, float]:
+    import numpy as np
+
+    from cost_models import XGBCostModel
+
+    others = [other for other in data if other != label]
+    X = np.vstack([data[o][0][:, cols] for o in others])
+    y = np.concatenate([data[o][2] for o in others])
+    groups = np.concatenate([np.full(len(data[o][2]), g) for g, o in enumerate(others)])
+    loop, _, y_test, drawn = data[label]
+    every, random_ones = [], []
+    for seed in range(MODEL_SEEDS):
+        model = XGBCostModel(seed=seed, subsample=0.8, colsample_bytree=0.8).fit(X, y, groups)
+        pred = model.predict(loop[:, cols])
+        every.append(_spearman(pred, y_test))
+        random_ones.append(_spearman(pred[drawn], y_test[drawn]))
+    return float(np.mean(every)), float(np.mean(random_ones))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", default="benchmarks/work/search", help="bench_search.py's work folder")
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    reexec_clean(args.threads)
+    import numpy as np
+
+    t0 = time.time()
+    data = {label: task_data(Path(args.work), label) for label in args.tasks}
+    rows = ["| features | task | in-task, 64 configs | in-task, 300 configs | leave-one-task-out, all configs | "
+            "same, random-search configs |", "|---|---|---|---|---|---|"]
+    for name in FEATURE_SETS:
+        cols = columns(name)
+        for label, (loop, knob, y, drawn) in data.items():
+            X = knob if cols is None else loop[:, cols]
+            rng = np.random.default_rng(0)
+            cv = [in_task(X[drawn], y[drawn], n, rng) for n in IN_TASK_TRAIN]
+            loto = ("-", "-") if cols is None else tuple(f"{s:.2f}" for s in leave_one_out(data, label, cols))
+            rows.append(f"| {name} | {label} | {cv[0]:.2f} | {cv[1]:.2f} | {loto[0]} | {loto[1]} |")
+            print(rows[-1], flush=True)
+    sizes = ", ".join(f"{label}: {len(d[2])} configs, {int(d[3].sum())} from random search"
+                      for label, d in data.items())
+    report("ablate_features", "\n".join([
+        "## Feature ablation (`benchmarks/ablate_features.py`)", "",
+        f"Command: `python benchmarks/ablate_features.py --work {args.work}`; {time.time() - t0:.0f} s. "
+        f"Logs of `bench_search.py` ({sizes}). Spearman rank correlation of the rank-objective model's scores "
+        f"with measured throughput. In-task: trained on 64 or 300 of the task's random-search configs, tested "
+        f"on the others (mean of {SPLITS} splits). Leave-one-task-out: trained on all configs of the other "
+        f"tasks (mean of {MODEL_SEEDS} model seeds). Feature sets: all = the loop row; no curve / no levels = "
+        "without the reuse curve / the per-loop-level block; pooled = PerStoreFeature's pooled rows only; "
+        "knob = knob values (in-task only: they do not line up across templates).", "", *rows]))
+
+
+if __name__ == "__main__":
+    main()
