@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
-from bench_search import TASKS, _spearman
+from bench_search import TASKS, _spearman, search_records
 
 FEATURE_SETS = ("all", "no curve", "no levels", "pooled", "knob")
 IN_TASK_TRAIN = (64, 300)
@@ -52,13 +52,12 @@ def task_data(work: Path, label: str):
     """(loop rows, knob rows, throughputs, drawn by random search?) of every measured config of a task."""
     import numpy as np
 
-    from autotune import load_records, make_task
+    from autotune import make_task
     from cost_models import records_dataset
 
     task = make_task(*TASKS[label])
-    logs = sorted((work / task.key).glob("*.jsonl"))
-    records = [r for p in logs for r in load_records(p)]
-    drawn = {r.input.config.index for p in logs if p.name.startswith("random-") for r in load_records(p)}
+    records, random_records = search_records(work, task)
+    drawn = {r.input.config.index for r in random_records}
     ok = [r for r in records if r.result.ok]
     order = sorted({r.input.config.index for r in ok})
     loop = records_dataset(ok, features="loop")  # one row per config, in index order

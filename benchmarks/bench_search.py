@@ -338,9 +338,8 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
     by_task = {}
     for label in labels:
         task = make_task(*TASKS[label])
-        per_log = {p.name: load_records(p) for p in sorted((work / task.key).glob("*.jsonl"))}
-        drawn = [r for name, recs in per_log.items() if name.startswith("random-") for r in recs if r.result.ok]
-        by_task[label] = (task.key, [r for recs in per_log.values() for r in recs], drawn)
+        records, drawn = search_records(work, task)
+        by_task[label] = (task.key, records, [r for r in drawn if r.result.ok])
     extra = load_records(list(extra_logs)) if extra_logs else []
     n_extra = len({r.task.key for r in extra})
     rows = [("| held-out task | trained on | train records | test configs | objective | Spearman | Spearman, "
@@ -373,6 +372,15 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
     return rows + ["", "Timing noise and the Spearman a model that knew every config's true speed would score "
                    "against one timing of each (sigma: spread of log-throughput over a contender's re-timings; "
                    "mean of 50 draws):", "", *ceilings]
+
+
+def search_records(work: Path, task) -> tuple[list, list]:
+    """(every record of the task's runs, those of the random-search runs), each log read once."""
+    from autotune import load_records
+
+    per_log = {p.name: load_records(p) for p in sorted((work / task.key).glob("*.jsonl"))}
+    return ([r for recs in per_log.values() for r in recs],
+            [r for name, recs in per_log.items() if name.startswith("random-") for r in recs])
 
 
 def timing_noise(tdir: Path) -> float:

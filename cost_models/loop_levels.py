@@ -28,7 +28,10 @@ dimension's size.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import operator
 
 import numpy as np
 
@@ -56,42 +59,36 @@ def level_features(func) -> np.ndarray:
     accesses = _accesses(realize.block, env, loop_vars)
     if not accesses:
         return out
-    inner = loops[::-1][:LEVELS]  # innermost first
+    inner = loops[::-1]  # innermost first
+    # footprints[lvl][b]: bytes of buffer b that the loops from inner[lvl] inward touch
+    footprints = [[acc.footprint(inner[: lvl + 1]) for acc in accesses] for lvl in range(len(inner))]
     out[N_LOOPS_AT] = len(loops)
-    out[N_LOOPS_AT + 1:] = reuse_curve(loops, accesses)
-    for lvl, loop in enumerate(inner):
+    out[N_LOOPS_AT + 1:] = reuse_curve(inner, [sum(fps) for fps in footprints])
+    for lvl, loop in enumerate(inner[:LEVELS]):
         base = lvl * PER_LEVEL
         out[base] = math.log2(_const(loop.extent))
         out[base + 1 + min(int(loop.kind), N_KINDS - 1)] = 1.0
-        inside = inner[: lvl + 1]
-        total = 0.0
-        for b, acc in enumerate(accesses):
-            fp = acc.footprint(inside)
-            total += fp
-            if b < N_BUFFERS:
-                out[base + 1 + N_KINDS + 2 * b] = math.log2(1.0 + fp)
-                out[base + 2 + N_KINDS + 2 * b] = math.log2(1.0 + abs(acc.stride(loop)))
-        out[base + PER_LEVEL - 1] = math.log2(1.0 + total)
+        for b, acc in enumerate(accesses[:N_BUFFERS]):
+            out[base + 1 + N_KINDS + 2 * b] = math.log2(1.0 + footprints[lvl][b])
+            out[base + 2 + N_KINDS + 2 * b] = math.log2(1.0 + abs(acc.stride(loop)))
+        out[base + PER_LEVEL - 1] = math.log2(1.0 + sum(footprints[lvl]))
     return out
 
 
-def reuse_curve(loops, accesses) -> np.ndarray:
-    """[CURVE_DIM]: per capacity, log2 bytes per iteration and log2 runs of the outermost level that fits."""
+def reuse_curve(inner, working_sets) -> np.ndarray:
+    """[CURVE_DIM]: per capacity, log2 bytes per iteration and log2 runs of the outermost level that fits.
+
+    `inner`: the loops innermost first; `working_sets[lvl]`: bytes all buffers touch from inner[lvl] inward."""
     out = np.zeros(CURVE_DIM, dtype=np.float32)
-    total_iters = math.prod(_const(f.extent) for f in loops)
-    levels = []  # (working set, iterations) of the loops from each one inward, innermost first
-    for lvl in range(1, len(loops) + 1):
-        inside = loops[-lvl:]
-        levels.append((sum(a.footprint(inside) for a in accesses), math.prod(_const(f.extent) for f in inside)))
+    iters = list(itertools.accumulate((_const(f.extent) for f in inner), operator.mul))
     for c, capacity in enumerate(CURVE_CAPACITIES):
-        fits = [lv for lv in levels if lv[0] <= capacity]  # working sets grow outward: a prefix fits
-        if fits:
-            size, iters = fits[-1]
-            out[2 * c] = math.log2(size / iters)
-            out[2 * c + 1] = math.log2(total_iters / iters)
+        fit = bisect.bisect_right(working_sets, capacity)  # working sets grow outward: a prefix fits
+        if fit:
+            out[2 * c] = math.log2(working_sets[fit - 1] / iters[fit - 1])
+            out[2 * c + 1] = math.log2(iters[-1] / iters[fit - 1])
         else:
             out[2 * c] = _NO_FIT
-            out[2 * c + 1] = math.log2(total_iters)
+            out[2 * c + 1] = math.log2(iters[-1])
     return out
 
 
