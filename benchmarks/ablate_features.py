@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
 from bench_search import TASKS, _spearman, search_records
 
-FEATURE_SETS = ("all", "no curve", "no levels", "pooled", "knob")
+FEATURE_SETS = ("all", "no register", "no curve", "no levels", "pooled", "knob")
 IN_TASK_TRAIN = (64, 300)
 SPLITS = 5
 MODEL_SEEDS = 3
@@ -39,13 +39,15 @@ def columns(name: str):
     import numpy as np
 
     from cost_models.features import LOOP_DIM, POOLED_DIM
-    from cost_models.loop_levels import CURVE_DIM
+    from cost_models.loop_levels import CURVE_AT, REGISTER_AT
 
-    curve = np.arange(LOOP_DIM - CURVE_DIM, LOOP_DIM)
-    levels = np.arange(POOLED_DIM, LOOP_DIM - CURVE_DIM)
+    levels = np.arange(POOLED_DIM, POOLED_DIM + CURVE_AT)
+    curve = np.arange(POOLED_DIM + CURVE_AT, POOLED_DIM + REGISTER_AT)
+    register = np.arange(POOLED_DIM + REGISTER_AT, LOOP_DIM)
     pooled = np.arange(POOLED_DIM)
-    return {"all": np.arange(LOOP_DIM), "no curve": np.concatenate([pooled, levels]),
-            "no levels": np.concatenate([pooled, curve]), "pooled": pooled, "knob": None}[name]
+    return {"all": np.arange(LOOP_DIM), "no register": np.concatenate([pooled, levels, curve]),
+            "no curve": np.concatenate([pooled, levels, register]),
+            "no levels": np.concatenate([pooled, curve, register]), "pooled": pooled, "knob": None}[name]
 
 
 def task_data(work: Path, label: str):
@@ -104,6 +106,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default="benchmarks/work/search", help="bench_search.py's work folder")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--sets", nargs="+", default=list(FEATURE_SETS), choices=FEATURE_SETS, help="feature sets")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     reexec_clean(args.threads)
@@ -113,7 +116,7 @@ def main() -> None:
     data = {label: task_data(Path(args.work), label) for label in args.tasks}
     rows = ["| features | task | in-task, 64 configs | in-task, 300 configs | leave-one-task-out, all configs | "
             "same, random-search configs |", "|---|---|---|---|---|---|"]
-    for name in FEATURE_SETS:
+    for name in args.sets:
         cols = columns(name)
         for label, (loop, knob, y, drawn) in data.items():
             X = knob if cols is None else loop[:, cols]

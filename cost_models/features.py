@@ -2,7 +2,7 @@
 
 A `loop` row is PerStoreFeature's per-store rows pooled (`pool_store_rows`) followed by the per-loop-level
 features of the dominant block (`loop_levels`: extents, kinds, footprints and strides, innermost first,
-then the reuse curve: bytes per iteration brought into caches of 4 KiB to 32 MiB).
+then the reuse curve: bytes per iteration brought into caches of 4 KiB to 32 MiB, then the register tile).
 
 `loop` features mean the same thing for every operator and workload (one model trains on the
 records of many tasks); `knob` features are cheap but only comparable within one template.

@@ -10,7 +10,8 @@ import numpy as np
 
 OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 FILE_FORMAT = "autotune-xgb-cost-model"
-FILE_VERSION = 4  # 2: loop-feature totals are per FLOP of the task; 3: + per-loop-level features; 4: + reuse curve
+FILE_VERSION = 5  # 2: loop-feature totals are per FLOP of the task; 3: + per-loop-level features; 4: + reuse curve;
+#                  5: + register tile
 SMALL_FIT_ROWS = 4096
 
 

@@ -1,4 +1,5 @@
-"""Per-loop-level features: values on a hand-checked schedule, and loop orders PerStoreFeature cannot tell apart."""
+"""Per-loop-level features: values on a hand-checked schedule (levels, reuse curve, register tile), and loop
+orders PerStoreFeature cannot tell apart."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import pytest
 
 from autotune.task import make_task
 from cost_models.features import POOLED_DIM, FeatureCache, extract
-from cost_models.loop_levels import CURVE_CAPACITIES, LEVEL_DIM, N_KINDS, N_LOOPS_AT, PER_LEVEL, level_features
+from cost_models.loop_levels import (
+    CURVE_AT,
+    CURVE_CAPACITIES,
+    LEVEL_DIM,
+    N_KINDS,
+    N_LOOPS_AT,
+    PER_LEVEL,
+    REGISTER_AT,
+    level_features,
+)
 from search_spaces import DEFAULT_TEMPLATES, resolve
 from search_spaces.base import PROBE_SHAPES, PROBE_TARGETS
 from search_spaces.conv2d import CONV2D_CPU
@@ -45,12 +55,17 @@ def test_matmul_levels_match_hand_computed_footprints_and_strides():
     assert vec[N_LOOPS_AT] == 7
     # Reuse curve: working sets from the innermost loop outward are 260, 656, 2816, 5376, 9216, 24576 bytes
     # for 32, 128, 2048, 4096, 16384, 65536 iterations of 262144; each capacity takes the outermost that fits.
-    curve = vec[N_LOOPS_AT + 1:].reshape(len(CURVE_CAPACITIES), 2)
+    curve = vec[CURVE_AT:REGISTER_AT].reshape(len(CURVE_CAPACITIES), 2)
     fits = {4096: (2816, 2048), 8192: (5376, 4096), 16384: (9216, 16384), 32768: (24576, 65536)}
     for capacity, (size, iters) in fits.items():
         per_iter, runs = curve[CURVE_CAPACITIES.index(capacity)]
         assert per_iter == np.float32(math.log2(size / iters))
         assert runs == np.float32(math.log2(262144 / iters))
+    # Register tile j2 x i2 (vectorised, unrolled): 4x32 accumulators, 4 + 32 floats read per 128 iterations,
+    # reused over k1 (16; j1 moves the accumulator), whose step reads A 4x16 and B 16x32.
+    expected = [math.log2(4 * 32 * 4), math.log2(1 + (4 + 32) * 4 / 128), math.log2(128), math.log2(16),
+                math.log2(1 + (4 * 16 + 16 * 32) * 4)]
+    np.testing.assert_array_equal(vec[REGISTER_AT:], np.float32(expected))
 
 
 def test_reduction_inside_or_outside_the_mid_tile_is_visible():
