@@ -196,7 +196,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         row = {"task_key": key, "op": best.task.op, "params": best.task.shape, "dtype": best.task.dtype,
                "target": best.task.target, "template": best.input.template, "config": best.input.config.to_dict(),
                "mean_s": best.result.mean_s, "gflops": round(best.gflops(), 3), "threads": best.threads,
-               "timings": timings(recs, best)}
+               "timing": best.timing, "timings": timings(recs, best)}
         if args.json:
             print(json.dumps(row))
         else:
@@ -218,7 +218,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         err_txt = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
         print(f"{key}  {recs[0].task}\n  records={len(recs)} configs={len({config_key(r) for r in recs})} "
               f"valid={len(recs) - sum(errors.values())} "
-              f"errors: {err_txt}\n  best: {best_txt}  threads={best.threads if best else '-'}")
+              f"errors: {err_txt}\n  best: {best_txt}  threads={best.threads if best else '-'}  "
+              f"timing={best.timing if best else '-'}")
     return 0
 
 

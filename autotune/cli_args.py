@@ -19,7 +19,7 @@ def add_runner_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-repeat-ms", type=float, default=100.0)
     p.add_argument("--cache-flush", action="store_true",
                    help="flush the operands (all but the first) from the CPU cache before every timed call, "
-                        "as a model's layers find their weights")
+                        "as a model's layers find their weights (records say `timing: flushed`)")
 
 
 def runner_options(args: argparse.Namespace) -> RunnerOptions:

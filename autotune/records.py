@@ -29,6 +29,7 @@ class Record:
     template_version: str
     threads: int
     versions: dict[str, str] = field(hash=False, compare=False)
+    timing: str = "warm"  # "warm" (operands cached) or "flushed" (operands after the first flushed before each call)
 
     @property
     def task(self) -> Task:
@@ -50,6 +51,7 @@ class Record:
             "config": self.input.config.to_dict(),
             "result": result,
             "threads": self.threads,
+            "timing": self.timing,
             "versions": self.versions,
         }, sort_keys=True)
 
@@ -66,7 +68,17 @@ class Record:
             result = MeasureResult(None, ErrorKind(r["error"]), r.get("message", ""), r.get("build_s", 0.0),
                                    r["timestamp"])
         return cls(MeasureInput(task, Config(int(cfg["index"]), knobs), d["template"]["ref"]), result,
-                   d["template"]["version"], int(d.get("threads", 0)), d.get("versions", {}))
+                   d["template"]["version"], int(d.get("threads", 0)), d.get("versions", {}),
+                   _timing(d.get("timing", "warm")))
+
+
+TIMINGS = ("warm", "flushed")
+
+
+def _timing(value: Any) -> str:
+    if value not in TIMINGS:
+        raise ValueError(f"timing {value!r} is not one of {', '.join(TIMINGS)}")
+    return value
 
 
 @dataclass

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from .errors import AutotuneError
-from .measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions
+from .measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, runner_timing, timing_of
 from .measure_types import MeasureInput
 from .records import LogReadStats, LogWriter, Record, best_record, iter_records, split_retimes, timings
 from .retime import RETIMES, next_round
@@ -44,10 +45,24 @@ def default_log_path(task: Task) -> Path:
     return Path("logs") / f"{task.key}.jsonl"
 
 
-def resumable_records(log: Path, task: Task, template_ref: str, template_version: str) -> list[Record]:
-    """Records of this task made by this exact template (an edited template changes what an index means)."""
-    return [r for r in iter_records(log, LogReadStats())
+def resumable_records(log: Path, task: Task, template_ref: str, template_version: str,
+                      timing: str | None = None) -> list[Record]:
+    """Records of this task made by this exact template (an edited template changes what an index means) and,
+    when `timing` is given, timed that way (a warning counts the others: warm and flushed times do not compare)."""
+    same = [r for r in iter_records(log, LogReadStats())
             if r.task.key == task.key and r.input.template == template_ref and r.template_version == template_version]
+    kept = [r for r in same if timing is None or r.timing == timing]
+    if len(kept) < len(same):
+        warnings.warn(f"{log}: {len(same) - len(kept)} records of {task} were timed {_other(timing)}; this run "
+                      f"times {_TIMING_WORDS[timing]} and leaves them out (they stay in the log)", stacklevel=2)
+    return kept
+
+
+_TIMING_WORDS = {"warm": "warm", "flushed": "with the cache flushed"}
+
+
+def _other(timing: str) -> str:
+    return " or ".join(words for name, words in _TIMING_WORDS.items() if name != timing)
 
 
 def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path | None = None, seed: int = 0,
@@ -69,7 +84,9 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
     space = tmpl.define_space(task)
     log_path = Path(log) if log else default_log_path(task)
     result = TuneResult(task, log_path)
-    result.records, result.retimes = split_retimes(resumable_records(log_path, task, template_ref, tmpl.version))
+    timing = runner_timing(runner, task) if runner is not None else timing_of(runner_options, task)
+    result.records, result.retimes = split_retimes(resumable_records(log_path, task, template_ref, tmpl.version,
+                                                                     timing))
     result.resumed = len(result.records)
     searching = len(result.records) < min(trials, len(space))
     if not searching and not next_round(result.records, result.retimes, retime):
@@ -85,7 +102,8 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
 
     def measure(inputs: list[MeasureInput], writer: LogWriter) -> list[Record]:
         results = runner.run(inputs, builder.build(inputs))
-        records = [Record(inp, res, tmpl.version, runner.threads, versions()) for inp, res in zip(inputs, results)]
+        records = [Record(inp, res, tmpl.version, runner.threads, versions(), timing)
+                   for inp, res in zip(inputs, results)]
         for rec in records:
             writer.write(rec)
         return records

@@ -24,6 +24,22 @@ def test_round_trip(tmp_path, small_matmul):
     assert recs[0].task == small_matmul and recs[0].threads == 2
     d = json.loads(log.read_text().splitlines()[0])
     assert d["task"]["target"]["mcpu"] and d["versions"] and d["template"]["version"] == "v1"
+    assert d["timing"] == "warm" == recs[0].timing
+
+
+def test_timing_is_kept_and_older_lines_without_it_read_as_warm(tmp_path, small_matmul):
+    import dataclasses
+
+    log = tmp_path / "a.jsonl"
+    with LogWriter(log) as w:
+        w.write(dataclasses.replace(_rec(small_matmul, 1, 1e-3), timing="flushed"))
+    line = json.loads(log.read_text())
+    older = {k: v for k, v in line.items() if k != "timing"}
+    log.write_text("\n".join(json.dumps(d) for d in (line, older, {**line, "timing": "lukewarm"})) + "\n")
+    stats = LogReadStats()
+    with pytest.warns(UserWarning, match="skipped 1 corrupt record"):
+        recs = load_records(log, stats)
+    assert [r.timing for r in recs] == ["flushed", "warm"] and stats.skipped == 1
 
 
 def test_corrupt_and_truncated_lines_are_skipped_and_counted(tmp_path, small_matmul):

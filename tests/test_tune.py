@@ -35,6 +35,33 @@ def test_resume_continues_without_remeasuring(tmp_path, small_matmul):
     assert len({r.input.config.index for r in load_records(log)}) == 25
 
 
+def test_resume_uses_only_records_timed_the_same_way(tmp_path, small_matmul):
+    """Warm and flushed times of a kernel do not compare: a run timing the other way leaves the log's records out
+    (they stay in the log), and each run resumes its own."""
+    from autotune.measure import RunnerOptions
+
+    log = tmp_path / "l.jsonl"
+
+    def runner(flush):
+        r = SimulatedRunner(_cost)
+        r.options = RunnerOptions(cache_flush=flush)
+        return r
+
+    tune(small_matmul, trials=6, tuner="grid", log=log, template=TINY, builder=FakeBuilder(), runner=runner(False),
+         retime=0)
+    flushed = runner(True)
+    with pytest.warns(UserWarning, match="6 records .* were timed warm; this run times with the cache flushed"):
+        res = tune(small_matmul, trials=4, tuner="grid", log=log, template=TINY, builder=FakeBuilder(),
+                   runner=flushed, retime=0)
+    assert res.resumed == 0 and flushed.measured == [0, 1, 2, 3]
+    assert [r.timing for r in load_records(log)] == ["warm"] * 6 + ["flushed"] * 4
+    warm = runner(False)
+    with pytest.warns(UserWarning, match="4 records .* were timed with the cache flushed; this run times warm"):
+        res = tune(small_matmul, trials=8, tuner="grid", log=log, template=TINY, builder=FakeBuilder(), runner=warm,
+                   retime=0)
+    assert res.resumed == 6 and warm.measured == [6, 7]
+
+
 def _lucky(first_costs: dict[int, float], later: float = 1.2e-3, others: float = 3e-3):
     """Configs in `first_costs` time as given the first time and `later` after; every other config `others`."""
     seen: set[int] = set()

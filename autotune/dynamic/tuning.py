@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions
+from ..measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, runner_timing
 from ..measure_types import MeasureInput
 from ..records import LogWriter, Record
 from ..retime import RETIMES
@@ -131,7 +131,8 @@ def _measure_seeds(task, donors: list[Record], n: int, log: Path, builder: Build
 
     ref = search_spaces.ukernel_template_ref(task.op, task.target_kind)
     tmpl = search_spaces.resolve(ref)
-    have = resumable_records(log, task, ref, tmpl.version)
+    timing = runner_timing(runner, task)
+    have = resumable_records(log, task, ref, tmpl.version, timing)
     space = tmpl.define_space(task)
     measured = {r.input.config.index for r in have}
     donors = [r for r in donors if r.input.template == ref and r.task.op == task.op]
@@ -142,7 +143,7 @@ def _measure_seeds(task, donors: list[Record], n: int, log: Path, builder: Build
     results = runner.run(inputs, builder.build(inputs))
     with LogWriter(log) as writer:
         for inp, res in zip(inputs, results):
-            writer.write(Record(inp, res, tmpl.version, runner.threads, versions()))
+            writer.write(Record(inp, res, tmpl.version, runner.threads, versions(), timing))
     return len(seeds)
 
 

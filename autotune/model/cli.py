@@ -77,20 +77,14 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_tune_model(args: argparse.Namespace) -> int:
-    from ..measure import LocalBuilder, LocalRunner
     from .scheduler import tune_model
 
     if args.round_trials < 1:
         raise AutotuneError("--round-trials must be >= 1")
-    builder, runner = LocalBuilder(), LocalRunner(runner_options(args))
-    try:
-        result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
-                            round_trials=args.round_trials, seed=args.seed, builder=builder, runner=runner,
-                            via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
-                            tuner_options={"features": args.features} if args.tuner == "xgb" else None)
-    finally:
-        builder.close()
-        runner.close()
+    result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
+                        round_trials=args.round_trials, seed=args.seed, runner_options=runner_options(args),
+                        via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
+                        tuner_options={"features": args.features} if args.tuner == "xgb" else None)
     print(result.summary())
     return 0
 

@@ -14,13 +14,16 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AutotuneError
 from ..records import Record, split_retimes
 from ..retime import RETIMES
 from ..task import Task
 from .extract import extract_tasks
+
+if TYPE_CHECKING:
+    from ..measure import RunnerOptions
 
 BACKWARD_WINDOW = 2  # rounds over which the recent improvement is measured
 ALPHA = 0.2  # weight of the backward (observed) gradient against the forward (optimistic) one
@@ -97,14 +100,16 @@ class ModelTuneResult:
         return "\n".join(lines)
 
 
-def _resume(states: list[TaskState], log: Path) -> None:
+def _resume(states: list[TaskState], log: Path, runner_options: RunnerOptions | None) -> None:
     import search_spaces
 
+    from ..measure import timing_of
     from ..tune import resumable_records
 
     for s in states:
         ref = search_spaces.default_template_ref(s.task.op, s.task.target_kind)
-        s.add(split_retimes(resumable_records(log, s.task, ref, search_spaces.resolve(ref).version))[0])
+        s.add(split_retimes(resumable_records(log, s.task, ref, search_spaces.resolve(ref).version,
+                                              timing_of(runner_options, s.task)))[0])
 
 
 def _xgb_options(states: list[TaskState], log: Path, transfer: Sequence[str] | None,
@@ -132,16 +137,17 @@ def _xgb_options(states: list[TaskState], log: Path, transfer: Sequence[str] | N
 def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "llvm", tuner: str = "xgb",
                inputs: Any = None, round_trials: int = 16, seed: int = 0,
                tune_fn: Callable[..., Any] | None = None, builder: Any = None, runner: Any = None,
-               progress: Callable[[str], None] | None = None, via: str = "auto",
-               transfer: Sequence[str] | None = None, tuner_options: dict[str, Any] | None = None,
+               runner_options: RunnerOptions | None = None, progress: Callable[[str], None] | None = None,
+               via: str = "auto", transfer: Sequence[str] | None = None, tuner_options: dict[str, Any] | None = None,
                retime: int = RETIMES, **tune_kwargs: Any) -> ModelTuneResult:
     """Tune every task of the model until `trials` trials in total are in the log (resumable).
 
     `tune_fn` defaults to `autotune.tune.tune`; `builder`/`runner` are shared by all rounds
-    (created here when not given, so worker processes start once). `via`: how tasks are
-    extracted (see `extract_tasks`). With the xgb tuner, each round's cost model is pre-trained on the
-    records of the model's other tasks so far and on the logs `transfer` names (None: the other logs beside
-    `log`, as `autotune tune` does; [] turns transfer off); `tuner_options` go to the tuner as they are.
+    (created here when not given, so worker processes start once; `runner_options` for the one created).
+    `via`: how tasks are extracted (see `extract_tasks`). With the xgb tuner, each round's cost model is
+    pre-trained on the records of the model's other tasks so far and on the logs `transfer` names (None: the
+    other logs beside `log`, as `autotune tune` does; [] turns transfer off); `tuner_options` go to the tuner as
+    they are.
     Once the budget is spent, each task's contenders are timed `retime` more times (see `autotune.retime`).
     """
     from ..measure import LocalBuilder, LocalRunner
@@ -156,17 +162,17 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
         raise AutotuneError("the model has no tunable operator (conv2d, depthwise conv2d, matmul)")
     log = Path(log)
     states = [TaskState(t, w) for t, w in tasks]
-    _resume(states, log)
+    own_builder, own_runner = builder is None, runner is None
+    _resume(states, log, runner_options if own_runner else getattr(runner, "options", None))
     resumed = sum(s.trials for s in states)
     tune_fn = tune_fn or tune
     options_for = _xgb_options(states, log, transfer, tuner_options) if tuner == "xgb" else lambda s: tuner_options
     say = progress or (lambda msg: print(msg, file=sys.stderr))
-    own_builder, own_runner = builder is None, runner is None
     if own_runner:
         for t, _ in tasks:
             ensure_measurable(t)
     builder = builder or LocalBuilder()
-    runner = runner or LocalRunner()
+    runner = runner or LocalRunner(runner_options)
     try:
         while sum(s.trials for s in states) < trials:
             state = pick_task(states, round_trials)
