@@ -2,9 +2,10 @@
 
     python benchmarks/ablate_features.py                       # bench_search.py's logs, 4 tasks
 
-Reads the logs `bench_search.py` wrote (--work). A loop feature row is three blocks: PerStoreFeature's
-per-store rows pooled (`pooled`), the main block's innermost loop levels (`levels`) and the reuse curve over
-cache capacities (`curve`); `knob` is the config's knob values. For each feature set and task:
+Reads the logs `bench_search.py` wrote (--work). A loop feature row is four blocks: PerStoreFeature's
+per-store rows pooled (`pooled`), the main block's innermost loop levels (`levels`), the reuse curve over
+cache capacities (`curve`) and the register tile (`register`); `knob` is the config's knob values. `--sets`
+picks feature sets. For each feature set and task:
 
 - in-task: a model trained on 64 (and 300) of the task's random-search configs ranks the rest of them
   (Spearman, mean of 5 random splits), which is how well a cold tuning run can learn the task;
@@ -133,8 +134,8 @@ def main() -> None:
         f"Logs of `bench_search.py` ({sizes}). Spearman rank correlation of the rank-objective model's scores "
         f"with measured throughput. In-task: trained on 64 or 300 of the task's random-search configs, tested "
         f"on the others (mean of {SPLITS} splits). Leave-one-task-out: trained on all configs of the other "
-        f"tasks (mean of {MODEL_SEEDS} model seeds). Feature sets: all = the loop row; no curve / no levels = "
-        "without the reuse curve / the per-loop-level block; pooled = PerStoreFeature's pooled rows only; "
+        f"tasks (mean of {MODEL_SEEDS} model seeds). Feature sets: all = the loop row; no register / no curve / "
+        "no levels = without the register tile / the reuse curve / the per-loop-level block; pooled = PerStoreFeature's pooled rows only; "
         "knob = knob values (in-task only: they do not line up across templates).", "", *rows]))
 
 
