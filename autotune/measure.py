@@ -68,15 +68,11 @@ class RunnerOptions:
     cache_flush: bool = False
 
 
-def timing_of(options: RunnerOptions | None, task) -> str:
-    """How a runner with these options times the task's kernels, as records say: "flushed" (CPU only: the
-    operands after the first flushed from the cache before every call) or "warm"."""
+def runner_timing(runner: Runner | None, task, options: RunnerOptions | None = None) -> str:
+    """How `runner` (None: a LocalRunner with `options`, to be created) times the task's kernels, as records say:
+    "flushed" (CPU only: the operands after the first flushed from the cache before every call) or "warm"."""
+    options = getattr(runner, "options", None) if runner is not None else options
     return "flushed" if options is not None and options.cache_flush and task.target_kind == "llvm" else "warm"
-
-
-def runner_timing(runner: Runner, task) -> str:
-    """`timing_of` a runner's options (a runner without options times warm)."""
-    return timing_of(getattr(runner, "options", None), task)
 
 
 class LocalRunner:

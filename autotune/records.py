@@ -72,7 +72,7 @@ class Record:
                    _timing(d.get("timing", "warm")))
 
 
-TIMINGS = ("warm", "flushed")
+TIMINGS = {"warm": "warm", "flushed": "with the cache flushed"}  # a record's `timing`, in words
 
 
 def _timing(value: Any) -> str:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import AutotuneError
-from .measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, runner_timing, timing_of
+from .measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, runner_timing
 from .measure_types import MeasureInput
-from .records import LogReadStats, LogWriter, Record, best_record, iter_records, split_retimes, timings
+from .records import TIMINGS, LogReadStats, LogWriter, Record, best_record, iter_records, split_retimes, timings
 from .retime import RETIMES, next_round
 from .task import Task
 from .tuners import get_tuner_class
@@ -53,16 +53,10 @@ def resumable_records(log: Path, task: Task, template_ref: str, template_version
             if r.task.key == task.key and r.input.template == template_ref and r.template_version == template_version]
     kept = [r for r in same if timing is None or r.timing == timing]
     if len(kept) < len(same):
-        warnings.warn(f"{log}: {len(same) - len(kept)} records of {task} were timed {_other(timing)}; this run "
-                      f"times {_TIMING_WORDS[timing]} and leaves them out (they stay in the log)", stacklevel=2)
+        other = next(words for name, words in TIMINGS.items() if name != timing)
+        warnings.warn(f"{log}: {len(same) - len(kept)} records of {task} were timed {other}; this run times "
+                      f"{TIMINGS[timing]} and leaves them out (they stay in the log)", stacklevel=2)
     return kept
-
-
-_TIMING_WORDS = {"warm": "warm", "flushed": "with the cache flushed"}
-
-
-def _other(timing: str) -> str:
-    return " or ".join(words for name, words in _TIMING_WORDS.items() if name != timing)
 
 
 def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path | None = None, seed: int = 0,
@@ -84,7 +78,7 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
     space = tmpl.define_space(task)
     log_path = Path(log) if log else default_log_path(task)
     result = TuneResult(task, log_path)
-    timing = runner_timing(runner, task) if runner is not None else timing_of(runner_options, task)
+    timing = runner_timing(runner, task, runner_options)
     result.records, result.retimes = split_retimes(resumable_records(log_path, task, template_ref, tmpl.version,
                                                                      timing))
     result.resumed = len(result.records)

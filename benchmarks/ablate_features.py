@@ -135,8 +135,9 @@ def main() -> None:
         f"with measured throughput. In-task: trained on 64 or 300 of the task's random-search configs, tested "
         f"on the others (mean of {SPLITS} splits). Leave-one-task-out: trained on all configs of the other "
         f"tasks (mean of {MODEL_SEEDS} model seeds). Feature sets: all = the loop row; no register / no curve / "
-        "no levels = without the register tile / the reuse curve / the per-loop-level block; pooled = PerStoreFeature's pooled rows only; "
-        "knob = knob values (in-task only: they do not line up across templates).", "", *rows]))
+        "no levels = without the register tile / the reuse curve / the per-loop-level block; pooled = "
+        "PerStoreFeature's pooled rows only; knob = knob values (in-task only: they do not line up across "
+        "templates).", "", *rows]))
 
 
 if __name__ == "__main__":

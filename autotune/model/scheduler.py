@@ -100,16 +100,16 @@ class ModelTuneResult:
         return "\n".join(lines)
 
 
-def _resume(states: list[TaskState], log: Path, runner_options: RunnerOptions | None) -> None:
+def _resume(states: list[TaskState], log: Path, runner: Any, runner_options: RunnerOptions | None) -> None:
     import search_spaces
 
-    from ..measure import timing_of
+    from ..measure import runner_timing
     from ..tune import resumable_records
 
     for s in states:
         ref = search_spaces.default_template_ref(s.task.op, s.task.target_kind)
         s.add(split_retimes(resumable_records(log, s.task, ref, search_spaces.resolve(ref).version,
-                                              timing_of(runner_options, s.task)))[0])
+                                              runner_timing(runner, s.task, runner_options)))[0])
 
 
 def _xgb_options(states: list[TaskState], log: Path, transfer: Sequence[str] | None,
@@ -162,12 +162,12 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
         raise AutotuneError("the model has no tunable operator (conv2d, depthwise conv2d, matmul)")
     log = Path(log)
     states = [TaskState(t, w) for t, w in tasks]
-    own_builder, own_runner = builder is None, runner is None
-    _resume(states, log, runner_options if own_runner else getattr(runner, "options", None))
+    _resume(states, log, runner, runner_options)
     resumed = sum(s.trials for s in states)
     tune_fn = tune_fn or tune
     options_for = _xgb_options(states, log, transfer, tuner_options) if tuner == "xgb" else lambda s: tuner_options
     say = progress or (lambda msg: print(msg, file=sys.stderr))
+    own_builder, own_runner = builder is None, runner is None
     if own_runner:
         for t, _ in tasks:
             ensure_measurable(t)
