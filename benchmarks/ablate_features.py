@@ -84,7 +84,7 @@ def in_task(X, y, n_train: int, rng) -> float:
     return float(np.mean(scores))
 
 
-def leave_one_out(data: dict, label: str, cols) -> tuple[float, float]:
+def leave_one_out(data: dict, label: str, cols, model_seeds: int = MODEL_SEEDS) -> tuple[float, float]:
     import numpy as np
 
     from cost_models import XGBCostModel
@@ -95,7 +95,7 @@ def leave_one_out(data: dict, label: str, cols) -> tuple[float, float]:
     groups = np.concatenate([np.full(len(data[o][2]), g) for g, o in enumerate(others)])
     loop, _, y_test, drawn = data[label]
     every, random_ones = [], []
-    for seed in range(MODEL_SEEDS):
+    for seed in range(model_seeds):
         model = XGBCostModel(seed=seed, subsample=0.8, colsample_bytree=0.8).fit(X, y, groups)
         pred = model.predict(loop[:, cols])
         every.append(_spearman(pred, y_test))
@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--work", default="benchmarks/work/search", help="bench_search.py's work folder")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--sets", nargs="+", default=list(FEATURE_SETS), choices=FEATURE_SETS, help="feature sets")
+    ap.add_argument("--model-seeds", type=int, default=MODEL_SEEDS, help="leave-one-task-out: models averaged")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     reexec_clean(args.threads)
@@ -123,7 +124,7 @@ def main() -> None:
             X = knob if cols is None else loop[:, cols]
             rng = np.random.default_rng(0)
             cv = [in_task(X[drawn], y[drawn], n, rng) for n in IN_TASK_TRAIN]
-            loto = ("-", "-") if cols is None else tuple(f"{s:.2f}" for s in leave_one_out(data, label, cols))
+            loto = ("-", "-") if cols is None else tuple(f"{s:.2f}" for s in leave_one_out(data, label, cols, args.model_seeds))
             rows.append(f"| {name} | {label} | {cv[0]:.2f} | {cv[1]:.2f} | {loto[0]} | {loto[1]} |")
             print(rows[-1], flush=True)
     sizes = ", ".join(f"{label}: {len(d[2])} configs, {int(d[3].sum())} from random search"
@@ -134,7 +135,7 @@ def main() -> None:
         f"Logs of `bench_search.py` ({sizes}). Spearman rank correlation of the rank-objective model's scores "
         f"with measured throughput. In-task: trained on 64 or 300 of the task's random-search configs, tested "
         f"on the others (mean of {SPLITS} splits). Leave-one-task-out: trained on all configs of the other "
-        f"tasks (mean of {MODEL_SEEDS} model seeds). Feature sets: all = the loop row; no register / no curve / "
+        f"tasks (mean of {args.model_seeds} model seeds). Feature sets: all = the loop row; no register / no curve / "
         "no levels = without the register tile / the reuse curve / the per-loop-level block; pooled = "
         "PerStoreFeature's pooled rows only; knob = knob values (in-task only: they do not line up across "
         "templates).", "", *rows]))
