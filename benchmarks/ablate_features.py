@@ -11,7 +11,9 @@ picks feature sets. For each feature set and task:
   (Spearman, mean of 5 random splits), which is how well a cold tuning run can learn the task;
 - leave-one-task-out: a model trained on all configs of the other tasks ranks all of this task's measured
   configs and its random-search configs (Spearman, mean of 3 model seeds, rows and columns subsampled to 80%
-  so that the seeds differ).
+  so that the seeds differ);
+- with `--extra-logs`, leave-one-task-out again with those logs' tasks added to the training set (never a
+  record of the held-out task): how much a few more tasks, e.g. another shape of the same operator, help.
 
 The default rank objective throughout. Writes the `ablate_features` section of benchmarks/RESULTS.md.
 """
@@ -84,15 +86,29 @@ def in_task(X, y, n_train: int, rng) -> float:
     return float(np.mean(scores))
 
 
-def leave_one_out(data: dict, label: str, cols, model_seeds: int = MODEL_SEEDS) -> tuple[float, float]:
+def extra_data(logs: list[str], held_out: set[str]) -> dict:
+    """task key -> (loop rows, throughputs) of the records in `logs` (tasks in `held_out` left out)."""
+    from autotune import load_records
+    from cost_models import records_dataset
+
+    records = [r for r in load_records(logs) if r.result.ok and r.task.key not in held_out]
+    keys = sorted({r.task.key for r in records})
+    return {key: ((d := records_dataset([r for r in records if r.task.key == key], features="loop")).X, d.y)
+            for key in keys}
+
+
+def leave_one_out(data: dict, label: str, cols, model_seeds: int = MODEL_SEEDS,
+                  extra: dict | None = None) -> tuple[float, float]:
+    """Spearman on the held-out task (all its configs, its random-search ones) of models trained on the other
+    tasks of `data`, plus the tasks of `extra` (key -> (loop rows, throughputs)) when given."""
     import numpy as np
 
     from cost_models import XGBCostModel
 
-    others = [other for other in data if other != label]
-    X = np.vstack([data[o][0][:, cols] for o in others])
-    y = np.concatenate([data[o][2] for o in others])
-    groups = np.concatenate([np.full(len(data[o][2]), g) for g, o in enumerate(others)])
+    train = [(data[o][0], data[o][2]) for o in data if o != label] + list((extra or {}).values())
+    X = np.vstack([rows[:, cols] for rows, _ in train])
+    y = np.concatenate([ys for _, ys in train])
+    groups = np.concatenate([np.full(len(ys), g) for g, (_, ys) in enumerate(train)])
     loop, _, y_test, drawn = data[label]
     every, random_ones = [], []
     for seed in range(model_seeds):
@@ -109,36 +125,52 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--sets", nargs="+", default=list(FEATURE_SETS), choices=FEATURE_SETS, help="feature sets")
     ap.add_argument("--model-seeds", type=int, default=MODEL_SEEDS, help="leave-one-task-out: models averaged")
+    ap.add_argument("--extra-logs", nargs="+", default=[], metavar="LOG",
+                    help="logs of more tasks: leave-one-task-out is also run with them in every training set")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     reexec_clean(args.threads)
     import numpy as np
 
+    from autotune import make_task
+
     t0 = time.time()
     data = {label: task_data(Path(args.work), label) for label in args.tasks}
+    extra = extra_data(args.extra_logs, {make_task(*TASKS[label]).key for label in TASKS}) if args.extra_logs else {}
+    extra_head = " + extra tasks, all configs | same, random-search configs |" if extra else ""
     rows = ["| features | task | in-task, 64 configs | in-task, 300 configs | leave-one-task-out, all configs | "
-            "same, random-search configs |", "|---|---|---|---|---|---|"]
+            "same, random-search configs |" + extra_head, "|---|---|---|---|---|---|" + "---|---|" * bool(extra)]
     for name in args.sets:
         cols = columns(name)
         for label, (loop, knob, y, drawn) in data.items():
             X = knob if cols is None else loop[:, cols]
             rng = np.random.default_rng(0)
             cv = [in_task(X[drawn], y[drawn], n, rng) for n in IN_TASK_TRAIN]
-            loto = ("-", "-") if cols is None else tuple(f"{s:.2f}" for s in leave_one_out(data, label, cols, args.model_seeds))
-            rows.append(f"| {name} | {label} | {cv[0]:.2f} | {cv[1]:.2f} | {loto[0]} | {loto[1]} |")
+            loto = [] if cols is None else list(leave_one_out(data, label, cols, args.model_seeds))
+            if extra and cols is not None:
+                loto += leave_one_out(data, label, cols, args.model_seeds, extra)
+            cells = [f"{s:.2f}" for s in loto] or ["-"] * (2 + 2 * bool(extra))
+            rows.append(f"| {name} | {label} | {cv[0]:.2f} | {cv[1]:.2f} | {' | '.join(cells)} |")
             print(rows[-1], flush=True)
     sizes = ", ".join(f"{label}: {len(d[2])} configs, {int(d[3].sum())} from random search"
                       for label, d in data.items())
+    extra_note = (f" Extra tasks (`--extra-logs {' '.join(args.extra_logs)}`): "
+                  + ", ".join(f"{key} ({len(y)} configs)" for key, (_, y) in extra.items())
+                  + "; added to every leave-one-task-out training set." if extra else "")
+    sets = " ".join(repr(n) if " " in n else n for n in args.sets)
+    options = "".join([f" --sets {sets}" * (args.sets != list(FEATURE_SETS)),
+                       f" --model-seeds {args.model_seeds}" * (args.model_seeds != MODEL_SEEDS),
+                       f" --extra-logs {' '.join(args.extra_logs)}" * bool(args.extra_logs)])
     report("ablate_features", "\n".join([
         "## Feature ablation (`benchmarks/ablate_features.py`)", "",
-        f"Command: `python benchmarks/ablate_features.py --work {args.work}`; {time.time() - t0:.0f} s. "
+        f"Command: `python benchmarks/ablate_features.py --work {args.work}{options}`; {time.time() - t0:.0f} s. "
         f"Logs of `bench_search.py` ({sizes}). Spearman rank correlation of the rank-objective model's scores "
         f"with measured throughput. In-task: trained on 64 or 300 of the task's random-search configs, tested "
         f"on the others (mean of {SPLITS} splits). Leave-one-task-out: trained on all configs of the other "
         f"tasks (mean of {args.model_seeds} model seeds). Feature sets: all = the loop row; no register / no curve / "
         "no levels = without the register tile / the reuse curve / the per-loop-level block; pooled = "
         "PerStoreFeature's pooled rows only; knob = knob values (in-task only: they do not line up across "
-        "templates).", "", *rows]))
+        "templates)." + extra_note, "", *rows]))
 
 
 if __name__ == "__main__":
