@@ -4,15 +4,15 @@
     python benchmarks/ab_search.py --arm after --work /abs/ab --tasks "matmul 1024^3"    # from the new one
     python benchmarks/ab_search.py --report --work /abs/ab --tasks "matmul 1024^3"       # after both
 
-Each arm runs cold xgb (loop features) for --trials per seed into `<work>/<task>/<arm>-s<seed>.jsonl` (with
---transfer-from, xgb pre-trained as bench_search.py's xgb-transfer: on the other tasks' xgb-loop logs in that
-work folder and on --model-logs; its report goes to the `ab_search_transfer` section). A config
-one arm measured is replayed for the other (its first measurement), so the arms differ only in what they pick,
-not in timing noise. The report scores each config by that first measurement (no re-timing: on a machine where
-hundreds of configs come within 10% of the best, bench_search.py's re-timing of contenders would take longer than
-the runs), and gives per arm the seeds that reach 95% of the best any arm found, their median trials, the mean final
-best, and how many distinct register tiles (innermost factors of the split knobs) each run measured; and, per
-task, the share of all measured configs that reach the target (how hard it is to reach at all). Writes the
+Each arm runs cold xgb (loop features; `--tuner random`: random search, a baseline arm) for --trials per seed into
+`<work>/<task>/<arm>-s<seed>.jsonl` (with --transfer-from, xgb pre-trained as bench_search.py's xgb-transfer: on the
+other tasks' xgb-loop logs in that work folder and on --model-logs; its report goes to the `ab_search_transfer`
+section). A config one arm measured is replayed for the other (its first measurement), so the arms differ only in
+what they pick, not in timing noise. The report scores each config by that first measurement (no re-timing: on a
+machine where hundreds of configs come within 10% of the best, bench_search.py's re-timing of contenders would take
+longer than the runs), and gives per arm the seeds that reach 95% of the best any arm found, their median trials,
+the mean final best, and how many distinct register tiles (innermost factors of the split knobs) each run measured;
+and, per task, the share of all measured configs that reach the target (how hard it is to reach at all). Writes the
 `ab_search` section of benchmarks/RESULTS.md (or the one `--section` names).
 """
 
@@ -54,7 +54,7 @@ def run_arm(args, work: Path) -> None:
                             text=True).stdout.strip()
     arms = work / "arms.json"
     known_arms = json.loads(arms.read_text()) if arms.exists() else {}
-    known_arms[args.arm] = commit
+    known_arms[args.arm] = commit if args.tuner == "xgb" else f"{commit}, {args.tuner} search"
     arms.write_text(json.dumps(known_arms, indent=1))
     builder, runner = LocalBuilder(), LocalRunner()
     try:
@@ -63,13 +63,13 @@ def run_arm(args, work: Path) -> None:
             tdir = work / task.key
             tdir.mkdir(parents=True, exist_ok=True)
             known = first_measurements(tdir)
-            options = {"features": "loop"}
-            if args.transfer_from:
+            options = {"features": "loop"} if args.tuner == "xgb" else {}
+            if args.transfer_from and args.tuner == "xgb":
                 options["transfer"] = transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
             for seed in args.seeds:
                 t0 = time.time()
-                res = tune(task, trials=args.trials, tuner="xgb", log=tdir / f"{args.arm}-s{seed}.jsonl", seed=seed,
-                           tuner_options=options, builder=ReplayingBuilder(builder, known),
+                res = tune(task, trials=args.trials, tuner=args.tuner, log=tdir / f"{args.arm}-s{seed}.jsonl",
+                           seed=seed, tuner_options=options, builder=ReplayingBuilder(builder, known),
                            runner=ReplayingRunner(runner, known), retime=0)
                 print(f"{label} {args.arm} seed {seed}: best {res.best.gflops() if res.best else 0:.1f} GFLOPS "
                       f"({time.time() - t0:.0f} s)", flush=True)
@@ -141,6 +141,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arm", help="name of this checkout's tuner version (runs it)")
     ap.add_argument("--report", action="store_true", help="compare the arms run so far")
+    ap.add_argument("--tuner", choices=("xgb", "random"), default="xgb",
+                    help="the arm's tuner (random: the baseline the xgb arms' sample efficiency is judged by)")
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3"], choices=list(TASKS))
