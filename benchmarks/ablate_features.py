@@ -86,29 +86,27 @@ def in_task(X, y, n_train: int, rng) -> float:
     return float(np.mean(scores))
 
 
-def extra_data(logs: list[str], held_out: set[str]) -> dict:
-    """task key -> (loop rows, throughputs) of the records in `logs` (tasks in `held_out` left out)."""
+def extra_data(logs: list[str], held_out: set[str]):
+    """Loop-feature `Dataset` of the records in `logs` (one group per task; tasks in `held_out` left out)."""
     from autotune import load_records
     from cost_models import records_dataset
 
-    records = [r for r in load_records(logs) if r.result.ok and r.task.key not in held_out]
-    keys = sorted({r.task.key for r in records})
-    return {key: ((d := records_dataset([r for r in records if r.task.key == key], features="loop")).X, d.y)
-            for key in keys}
+    return records_dataset([r for r in load_records(logs) if r.result.ok and r.task.key not in held_out],
+                           features="loop")
 
 
-def leave_one_out(data: dict, label: str, cols, model_seeds: int = MODEL_SEEDS,
-                  extra: dict | None = None) -> tuple[float, float]:
+def leave_one_out(data: dict, label: str, cols, model_seeds: int = MODEL_SEEDS, extra=None) -> tuple[float, float]:
     """Spearman on the held-out task (all its configs, its random-search ones) of models trained on the other
-    tasks of `data`, plus the tasks of `extra` (key -> (loop rows, throughputs)) when given."""
+    tasks of `data`, plus the tasks of the `extra` Dataset when given."""
     import numpy as np
 
     from cost_models import XGBCostModel
 
-    train = [(data[o][0], data[o][2]) for o in data if o != label] + list((extra or {}).values())
-    X = np.vstack([rows[:, cols] for rows, _ in train])
-    y = np.concatenate([ys for _, ys in train])
-    groups = np.concatenate([np.full(len(ys), g) for g, (_, ys) in enumerate(train)])
+    others = [o for o in data if o != label]
+    X = np.vstack([data[o][0][:, cols] for o in others] + ([extra.X[:, cols]] if extra else []))
+    y = np.concatenate([data[o][2] for o in others] + ([extra.y] if extra else []))
+    groups = np.concatenate([np.full(len(data[o][2]), g) for g, o in enumerate(others)]
+                            + ([extra.groups + len(others)] if extra else []))
     loop, _, y_test, drawn = data[label]
     every, random_ones = [], []
     for seed in range(model_seeds):
@@ -136,7 +134,7 @@ def main() -> None:
 
     t0 = time.time()
     data = {label: task_data(Path(args.work), label) for label in args.tasks}
-    extra = extra_data(args.extra_logs, {make_task(*TASKS[label]).key for label in TASKS}) if args.extra_logs else {}
+    extra = extra_data(args.extra_logs, {make_task(*TASKS[label]).key for label in TASKS}) if args.extra_logs else None
     extra_head = " + extra tasks, all configs | same, random-search configs |" if extra else ""
     rows = ["| features | task | in-task, 64 configs | in-task, 300 configs | leave-one-task-out, all configs | "
             "same, random-search configs |" + extra_head, "|---|---|---|---|---|---|" + "---|---|" * bool(extra)]
@@ -155,7 +153,7 @@ def main() -> None:
     sizes = ", ".join(f"{label}: {len(d[2])} configs, {int(d[3].sum())} from random search"
                       for label, d in data.items())
     extra_note = (f" Extra tasks (`--extra-logs {' '.join(args.extra_logs)}`): "
-                  + ", ".join(f"{key} ({len(y)} configs)" for key, (_, y) in extra.items())
+                  + ", ".join(f"{key} ({n} configs)" for key, n in zip(extra.task_keys, np.bincount(extra.groups)))
                   + "; added to every leave-one-task-out training set." if extra else "")
     sets = " ".join(repr(n) if " " in n else n for n in args.sets)
     options = "".join([f" --sets {sets}" * (args.sets != list(FEATURE_SETS)),
