@@ -11,7 +11,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from .cli_args import add_runner_arguments, add_search_arguments, runner_options
+from .cli_args import add_runner_arguments, add_search_arguments, runner_options, xgb_options
 from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
 from .model.cli import add_model_commands
@@ -26,8 +26,15 @@ EXAMPLE_SHAPES = {
 }
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """Bad arguments end with one line (`autotune tune: error: ...`), not the whole usage; `-h` shows it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autotune", description="Tune tensor operators with TVM 0.27.")
+    p = _OneLineErrors(prog="autotune", description="Tune tensor operators with TVM 0.27.")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("tune", help="tune one operator")
@@ -123,7 +130,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.tuner == "xgb":
         from .transfer import transfer_records
 
-        options = {"features": args.features, "cost_model": args.cost_model,
+        options = {**xgb_options(args), "cost_model": args.cost_model,
                    "transfer": transfer_records(task, log, args.transfer)}
     options_run = runner_options(args)
     remote = runner_from_args(args, options_run)  # None: measure on this machine

@@ -4,16 +4,17 @@
     python benchmarks/ab_search.py --arm after --work /abs/ab --tasks "matmul 1024^3"    # from the new one
     python benchmarks/ab_search.py --report --work /abs/ab --tasks "matmul 1024^3"       # after both
 
-Each arm runs cold xgb (loop features; `--tuner random`: random search, a baseline arm) for --trials per seed into
+Each arm runs cold xgb (loop features; `--tuner random`: random search, a baseline arm; `--cold-start random`: xgb
+whose first batch is random, as before the roofline prior) for --trials per seed into
 `<work>/<task>/<arm>-s<seed>.jsonl` (with --transfer-from, xgb pre-trained as bench_search.py's xgb-transfer: on the
 other tasks' xgb-loop logs in that work folder and on --model-logs; its report goes to the `ab_search_transfer`
 section). A config one arm measured is replayed for the other (its first measurement), so the arms differ only in
 what they pick, not in timing noise. The report scores each config by that first measurement (no re-timing: on a
 machine where hundreds of configs come within 10% of the best, bench_search.py's re-timing of contenders would take
-longer than the runs), and gives per arm the seeds that reach 95% of the best any arm found, their median trials,
-the mean final best, and how many distinct register tiles (innermost factors of the split knobs) each run measured;
-and, per task, the share of all measured configs that reach the target (how hard it is to reach at all). Writes the
-`ab_search` section of benchmarks/RESULTS.md (or the one `--section` names).
+longer than the runs), and gives per arm the seeds that reach 95% (`--target`) of the best any arm found, their
+median trials, the mean final best, and how many distinct register tiles (innermost factors of the split knobs) each
+run measured; and, per task, the share of all measured configs that reach the target (how hard it is to reach at
+all). Writes the `ab_search` section of benchmarks/RESULTS.md (or the one `--section` names).
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def run_arm(args, work: Path) -> None:
                             text=True).stdout.strip()
     arms = work / "arms.json"
     known_arms = json.loads(arms.read_text()) if arms.exists() else {}
-    known_arms[args.arm] = commit if args.tuner == "xgb" else f"{commit}, {args.tuner} search"
+    known_arms[args.arm] = (f"{commit}, {args.tuner} search" if args.tuner != "xgb"
+                            else f"{commit}, cold start {args.cold_start}" if args.cold_start != "roofline"
+                            else f"{commit}, cold start {args.cold_random:.0%} random" if args.cold_random else commit)
     arms.write_text(json.dumps(known_arms, indent=1))
     builder, runner = LocalBuilder(), LocalRunner()
     try:
@@ -63,7 +66,8 @@ def run_arm(args, work: Path) -> None:
             tdir = work / task.key
             tdir.mkdir(parents=True, exist_ok=True)
             known = first_measurements(tdir)
-            options = {"features": "loop"} if args.tuner == "xgb" else {}
+            options = ({"features": "loop", "cold_start": args.cold_start, "cold_random": args.cold_random}
+                       if args.tuner == "xgb" else {})
             if args.transfer_from and args.tuner == "xgb":
                 options["transfer"] = transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
             for seed in args.seeds:
@@ -103,7 +107,7 @@ def report_arms(args, work: Path) -> None:
         tdir = work / task.key
         runs = {arm: [load_records(tdir / f"{arm}-s{s}.jsonl")[: args.trials] for s in args.seeds] for arm in arms}
         scores = {i: task.flops / res.mean_s / 1e9 if res.ok else 0.0 for i, res in first_measurements(tdir).items()}
-        target = 0.95 * max(scores.values())
+        target = args.target * max(scores.values())
         easy = sum(g >= target for g in scores.values()) / len(scores)
         space = search_spaces.resolve(runs[next(iter(arms))][0][0].input.template).define_space(task)
         for arm, by_seed in runs.items():
@@ -126,11 +130,13 @@ def report_arms(args, work: Path) -> None:
                if args.transfer_from else "")
             + "` from each arm's checkout, then `--report`"
             + (f" --arms {' '.join(arms)}" if args.arms else "")
+            + (f" --target {args.target}" if args.target != 0.95 else "")
             + (f" --section {args.section}" if args.section else "") + "; "
             + ("xgb pre-trained on the other tasks' records" if args.transfer_from else "cold xgb")
             + ", loop features; a config measured by one arm is replayed for the other; scores are first "
             "measurements.",
-            "", "| task | 95% of best any, GFLOPS (share of measured configs reaching it) | arm (commit) | "
+            "", f"| task | {args.target:.0%} of best any, GFLOPS (share of measured configs reaching it) | "
+            "arm (commit) | "
             f"seeds reaching it | median trials to reach | mean best after {' / '.join(map(str, early))} trials | "
             "mean final best | distinct innermost-factor tuples per run |",
             "|---|---|---|---|---|---|---|---|", *rows]
@@ -143,6 +149,10 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="compare the arms run so far")
     ap.add_argument("--tuner", choices=("xgb", "random"), default="xgb",
                     help="the arm's tuner (random: the baseline the xgb arms' sample efficiency is judged by)")
+    ap.add_argument("--cold-start", choices=("roofline", "random"), default="roofline",
+                    help="xgb: how the first batch is picked (an arm of the tuner with the other rule)")
+    ap.add_argument("--cold-random", type=float, default=0.0, metavar="SHARE",
+                    help="xgb, roofline cold start: share of the first batch drawn at random instead")
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3"], choices=list(TASKS))
@@ -151,6 +161,7 @@ def main() -> None:
     ap.add_argument("--transfer-from", metavar="DIR", help="bench_search.py work folder: pre-train each run on "
                     "the other tasks' xgb-loop logs there (and on --model-logs)")
     ap.add_argument("--model-logs", default=os.path.join(ROOT, "benchmarks", "work", "models"))
+    ap.add_argument("--target", type=float, default=0.95, help="report: share of the best any arm found to reach")
     ap.add_argument("--arms", nargs="+", help="arms the report compares (default: every arm run in --work)")
     ap.add_argument("--section", help="RESULTS.md section of the report (default: ab_search, or ab_search_transfer "
                     "with --transfer-from), to keep an earlier A/B's section")

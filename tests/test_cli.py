@@ -20,6 +20,7 @@ def _run(*args):
     (["tune", "matmul", "--shape", "M=-4,N=4,K=4"], "impossible shape"),
     (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--target", "opencl"], "unknown target 'opencl'"),
     (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--tuner", "genetic"], "unknown tuner 'genetic'"),
+    (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--cold-start", "analytic"], "invalid choice: 'analytic'"),
     (["show", "/nonexistent/log.jsonl"], "does not exist"),
     (["best", "/"], "not a file"),
 ])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from autotune.hardware import CpuModel
 from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import Record
 from autotune.task import make_task
@@ -19,6 +22,7 @@ from cost_models import (
     train_from_records,
     valid_rows,
 )
+from cost_models.prior import prior_scores, roofline_cycles
 from search_spaces.base import Template
 from tests.toy_template import TOY_CONV2D, TOY_MATMUL, TOY_MATMUL_REF, _matmul_apply, _matmul_space, toy_matmul_cost
 
@@ -187,3 +191,41 @@ def test_worker_processes_compute_the_same_features():
     with FeaturePool(workers=2, min_batch=2) as pool:
         there = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache(), pool)
     np.testing.assert_array_equal(here, there)
+
+
+PRIOR_CPU = CpuModel("test", lanes=16, vector_registers=32, cores=2, ghz=3.0, l1d_bytes=32 << 10,
+                     l2_bytes=1 << 20, l3_bytes=32 << 20)
+
+
+def _toy_index(space, **knobs) -> int:
+    return space.index_of([knob.candidates.index(knobs[knob.name]) for knob in space.knobs])
+
+
+def test_roofline_prior_rates_vector_lanes_and_busy_cores():
+    space = TOY_MATMUL.define_space(MM)
+    tiles = dict(tile_i=(16, 16), tile_j=(16, 16), tile_k=(64, 4), unroll=0)
+    kinds = [("none", "none"), ("none", "inner"), ("outer", "none"), ("outer", "inner")]
+    indices = [_toy_index(space, **tiles, parallel=p, vectorize=v) for p, v in kinds]
+    indices.append(_toy_index(space, **{**tiles, "tile_j": (2, 128)}, parallel="outer", vectorize="inner"))
+    cycles = roofline_cycles(extract(MM, TOY_MATMUL, space, indices, "loop", FeatureCache()), PRIOR_CPU)
+    serial, vector, parallel, both, rejected = cycles
+    # 16 lanes make it >8x faster (then the register loads bound it), the parallel loop keeps both cores busy
+    assert vector < serial / 8 and both == pytest.approx(vector / 2)
+    assert parallel == pytest.approx(serial / 2)
+    assert rejected == np.inf
+    scores = prior_scores(extract(MM, TOY_MATMUL, space, indices, "loop", FeatureCache()), PRIOR_CPU)
+    assert list(np.argsort(-scores)) == [3, 1, 2, 0, 4]
+
+
+def test_roofline_prior_charges_traffic_that_misses_the_caches():
+    # all 256 rows of C under one k: a 256x64 strip of C (64 KiB) streams through L1 for every k
+    space = TOY_MATMUL.define_space(MM)
+    knobs = dict(tile_j=(4, 64), parallel="outer", vectorize="inner", unroll=0)
+    blocked = _toy_index(space, tile_i=(16, 16), tile_k=(64, 4), **{**knobs, "tile_j": (16, 16)})
+    streaming = _toy_index(space, tile_i=(2, 128), tile_k=(256, 1), **knobs)
+    X = extract(MM, TOY_MATMUL, space, [blocked, streaming], "loop", FeatureCache())
+    cycles = roofline_cycles(X, PRIOR_CPU)
+    assert cycles[1] > 2 * cycles[0]
+    # with a 32 KiB L2 the strip comes from L3, at half the rate: the streaming config loses most
+    slower = roofline_cycles(X, dataclasses.replace(PRIOR_CPU, l2_bytes=32 << 10)) / cycles
+    assert slower[1] > 1.5 and slower[1] > slower[0]

@@ -13,7 +13,7 @@ from autotune.cli import main
 from autotune.dynamic import cpu_model, cuda_model, load, parse_dynamic, rank_ukernels
 from autotune.dynamic.compose import Planner
 from autotune.dynamic.dispatch import ALIGN, aligned_empty
-from autotune.dynamic.hardware import parse_size
+from autotune.hardware import parse_size
 from autotune.dynamic.tuning import mapped_configs
 from autotune.dynamic.ukernels import chosen_heights
 from autotune.errors import AutotuneError

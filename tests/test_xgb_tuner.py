@@ -10,7 +10,7 @@ import pytest
 from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import Record
 from autotune.task import make_task
-from autotune.tuners.xgb import XGBTuner, anneal, diverse_top
+from autotune.tuners.xgb import COLD_STARTS, XGBTuner, anneal, diverse_top
 from cost_models import train_from_records
 from autotune.tuners.xgb import COLD_BATCH
 from tests.toy_template import (
@@ -81,11 +81,11 @@ def test_same_seed_same_proposals_other_seed_other_proposals():
     assert runs[0] != runs[2]
 
 
-def test_random_proposals_without_data():
+def test_unguided_proposals_until_two_measurements_differ():
     tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0)
     first = tuner.next_batch(8)
     assert len(first) == 8 and tuner.model is None
-    # Only errors: nothing to learn from, so still random (and still no repeats).
+    # Only errors: nothing to learn from, so still the cold-start rule (and still no repeats).
     inputs = [MeasureInput(MM, MM_SPACE.get(i), TOY_MATMUL_REF) for i in first]
     tuner.update(inputs, [MeasureResult(None, ErrorKind.RUNTIME_ERROR, "x", 0.0, 0.0) for _ in first])
     second = tuner.next_batch(8)
@@ -265,3 +265,31 @@ def test_cold_start_measures_a_small_random_batch_then_follows_the_model():
     tuner.update(*_measure(MM, space, first))
     second = tuner.next_batch(16)
     assert len(second) == 16 and tuner.model is not None and not set(first) & set(second)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_roofline_cold_start_picks_a_first_batch_the_prior_rates_higher(seed):
+    from autotune.hardware import cpu_model
+    from cost_models.features import extract
+    from cost_models.prior import prior_scores
+
+    batches = {rule: XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=seed, cold_start=rule).next_batch(16)
+               for rule in COLD_STARTS}
+    for batch in batches.values():
+        assert len(batch) == len(set(batch)) == COLD_BATCH
+        assert all(toy_matmul_cost(MM, MM_SPACE.get(i)) is not None for i in batch)
+    prior = {rule: prior_scores(extract(MM, TOY_MATMUL, MM_SPACE, batch), cpu_model(MM.target))
+             for rule, batch in batches.items()}
+    assert np.median(prior["roofline"]) > np.median(prior["random"]), prior
+
+
+def test_roofline_cold_start_only_where_the_prior_applies():
+    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF).cold_start == "roofline"
+    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, features="knob").cold_start == "random"
+    cuda = make_task("matmul", "M=512,N=512,K=512", target="cuda", arch="sm_90")
+    assert XGBTuner(cuda, MM_SPACE, TOY_MATMUL_REF).cold_start == "random"
+    with pytest.raises(ValueError, match="cold start"):
+        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="analytic")
+    with pytest.raises(ValueError, match="share"):
+        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_random=1.5)
+

@@ -7,7 +7,7 @@
 """
 
 from .dispatch import DynamicKernel, UKernel, aligned_empty
-from .hardware import CpuModel, CudaModel, cpu_model, cuda_model, hardware_model
+from ..hardware import CpuModel, CudaModel, cpu_model, cuda_model, hardware_model
 from .load import load
 from .spec import DynamicSpec, parse_dynamic
 from .tuning import DynamicTuneResult, tune_dynamic

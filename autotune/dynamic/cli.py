@@ -27,7 +27,7 @@ def wants_dynamic(args: argparse.Namespace) -> bool:
 
 
 def cmd_tune_dynamic(args: argparse.Namespace) -> int:
-    from ..cli_args import runner_options
+    from ..cli_args import runner_options, xgb_options
     from ..progress import ProgressBar
     from ..records import load_records
     from ..transfer import transfer_records
@@ -48,7 +48,7 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
         raise AutotuneError("--dynamic measures on this machine only (no --build-only or RPC yet)")
     ensure_measurable(spec.task(spec.lo))
     log = args.log or str(default_log_path(spec))
-    options = {"features": args.features, "cost_model": args.cost_model} if args.tuner == "xgb" else {}
+    options = {**xgb_options(args), "cost_model": args.cost_model} if args.tuner == "xgb" else {}
     transfer = transfer_records(spec.task(spec.lo), Path(log), args.transfer)
     options_run = runner_options(args)
     print(f"tuning {spec} dynamically  log={log}", file=sys.stderr)

@@ -26,7 +26,7 @@ from ..retime import RETIMES
 from ..space import ConfigSpace
 from ..tune import TuneResult, resumable_records, tune
 from ..version import versions
-from .hardware import hardware_model
+from ..hardware import hardware_model
 from .spec import DynamicSpec
 from .ukernels import Candidate, chosen_heights, rank_ukernels
 

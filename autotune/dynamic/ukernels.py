@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .compose import Planner
-from .hardware import CpuModel, CudaModel
+from ..hardware import CpuModel, CudaModel
 from .spec import DynamicSpec
 
 CALL_OVERHEAD_S = 5e-6  # one uKernel call from Python: FFI + thread-pool launch (measured 3-8 us here)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli_args import add_runner_arguments, add_search_arguments, runner_options
+from ..cli_args import add_runner_arguments, add_search_arguments, runner_options, xgb_options
 from ..errors import AutotuneError
 
 MODEL_HELP = "path/to/file.py:factory (returns (module, example_inputs)) or a saved torch.export .pt2"
@@ -84,7 +84,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
                         round_trials=args.round_trials, seed=args.seed, runner_options=runner_options(args),
                         via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
-                        tuner_options={"features": args.features} if args.tuner == "xgb" else None)
+                        tuner_options=xgb_options(args) if args.tuner == "xgb" else None)
     print(result.summary())
     return 0
 

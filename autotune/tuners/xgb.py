@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 POOL_SIZE = 256  # unproposed points of one search kept as start candidates of the next
 SHORTLIST = 0.25  # the batch is picked, for score and knob coverage, from this best share of the search's points
-COLD_BATCH = 8  # random configs measured before the first model (the model guides from the second batch on)
+COLD_BATCH = 8  # configs measured before the first model (the model guides from the second batch on)
+COLD_POOL = 64  # random configs the cold-start prior picks the first batch from
+COLD_STARTS = ("roofline", "random")
 Scorer = Callable[[Sequence[int]], np.ndarray]
 
 
@@ -100,6 +102,10 @@ class XGBTuner:
     that mis-rank a new operator, and an unbiased first sample for the task's own model.
     knob_weight: bonus for each knob value new to a batch (diversity; 0 picks the top predictions);
     min_distance: knob changes between two configs of one batch.
+    cold_start: how the first batch is picked while nothing guides the search (no model, no transfer):
+    "roofline" (CPU targets, loop features): the best of COLD_POOL random configs by `cost_models.prior`'s
+    roofline estimate, with the batch's diversity rule; "random" (and on CUDA): random configs. cold_random:
+    the share of a roofline first batch drawn at random instead (a hedge where the estimate mis-ranks).
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
     feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
     about 1.5x faster on 2 idle cores; worth more on many cores).
@@ -109,13 +115,18 @@ class XGBTuner:
                  transfer: Iterable[Record] = (), cost_model: str | None = None, batch_size: int | None = None,
                  objective: str = "rank", explore: float = 0.15, transfer_explore: float = 0.5, sa_chains: int = 16,
                  sa_steps: int = 16, sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1,
-                 transfer_halflife: int = 16, transfer_max_per_task: int = 512, n_rounds: int = 200, feature_workers: int = 0,
-                 cache: FeatureCache | None = None):
+                 transfer_halflife: int = 16, transfer_max_per_task: int = 512, n_rounds: int = 200,
+                 feature_workers: int = 0, cache: FeatureCache | None = None, cold_start: str = "roofline",
+                 cold_random: float = 0.0):
         import search_spaces
         from cost_models.features import KINDS, FeatureCache
 
         if features not in KINDS:
             raise ValueError(f"unknown feature kind {features!r}; choose one of {', '.join(KINDS)}")
+        if cold_start not in COLD_STARTS:
+            raise ValueError(f"unknown cold start {cold_start!r}; choose one of {', '.join(COLD_STARTS)}")
+        if not 0.0 <= cold_random <= 1.0:
+            raise ValueError(f"cold_random is a share of the batch (0 to 1), not {cold_random}")
         self.task, self.space, self.template_ref = task, space, template_ref
         self.template = search_spaces.resolve(template_ref)
         self.features, self.objective, self.seed = features, objective, seed
@@ -124,6 +135,8 @@ class XGBTuner:
         self.knob_weight, self.min_distance = knob_weight, min_distance
         self.sa_chains, self.sa_steps, self.sa_temperature = sa_chains, sa_steps, sa_temperature
         self.transfer_halflife, self.n_rounds = transfer_halflife, n_rounds
+        self.cold_start = cold_start if features == "loop" and task.target_kind == "llvm" else "random"
+        self.cold_random = cold_random
         self.cache = cache if cache is not None else FeatureCache()
         self._rng = np.random.default_rng(seed)
         self._feature_pool = None
@@ -237,10 +250,10 @@ class XGBTuner:
     # ---- proposals ----------------------------------------------------------------------
 
     def next_batch(self, n: int) -> list[int]:
-        """Up to n new indices: model-guided picks plus a few random ones (all random before any data)."""
+        """Up to n new indices: model-guided picks plus a few random ones (the cold-start rule before any data)."""
         if n <= 0:
             return []
-        if self.model is None:  # nothing to learn from yet: a small random batch, so the model starts early
+        if self.model is None:  # nothing to learn from yet: a small batch (cold_start), so the model starts early
             n = min(n, COLD_BATCH)
         if len(self._plan) < n:  # update() empties the plan, so a plan never outlives the model it came from
             self._plan = self._make_plan(max(n, self.batch_size or 0) if self.model is not None else n)
@@ -252,7 +265,7 @@ class XGBTuner:
 
     def _make_plan(self, n: int) -> list[int]:
         if self.model is None:
-            return self._random(n, set())
+            return self._prior_pick(n) if self.cold_start == "roofline" else self._random(n, set())
         explore = self.explore if self._own_informative else max(self.explore, self.transfer_explore)
         n_random = int(explore * n) + int(self._rng.random() < explore * n % 1)
         n_model = n - n_random
@@ -261,6 +274,18 @@ class XGBTuner:
         fresh = self._distinct({i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid})
         self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[:POOL_SIZE]
         picked = pick_batch(fresh, n_model, self.space, self.knob_weight, self.min_distance)
+        return picked + self._random(n - len(picked), set(picked))
+
+    def _prior_pick(self, n: int) -> list[int]:
+        """n configs of a random sample of COLD_POOL, picked by the roofline prior as `pick_batch` picks."""
+        from cost_models.prior import prior_scores
+
+        from ..hardware import cpu_model
+
+        pool = self._random(max(COLD_POOL, n), set())
+        scores = prior_scores(self._features(pool), cpu_model(self.task.target))
+        scored = self._distinct(dict(zip(pool, scores.tolist())))
+        picked = pick_batch(scored, n - round(self.cold_random * n), self.space, self.knob_weight, self.min_distance)
         return picked + self._random(n - len(picked), set(picked))
 
     def _distinct(self, scored: dict[int, float]) -> dict[int, float]:

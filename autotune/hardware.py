@@ -1,4 +1,4 @@
-"""Analytic hardware models: what the uKernel ranking needs to know about a CPU or a CUDA arch.
+"""Analytic hardware models of a CPU or a CUDA arch, for the uKernel ranking and the cold-start prior.
 
 The CPU model is read from this machine (/proc/cpuinfo, /sys cache sizes) plus the target's core
 count; the CUDA model comes from a small table keyed by compute capability.
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..gpu_limits import compute_capability, limits_for
+from .gpu_limits import compute_capability, limits_for
 
 DEFAULT_GHZ = 2.0
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)", re.IGNORECASE)
@@ -121,7 +121,7 @@ def _cpuinfo(path: str | Path) -> tuple[set[str], float]:
 def cpu_model(target: dict[str, Any] | None = None, cpuinfo: str | Path = "/proc/cpuinfo",
               cache_dir: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> CpuModel:
     """The model of this machine's CPU; cores come from the target's `num-cores` when given."""
-    from ..target import host_cores
+    from .target import host_cores
 
     flags, ghz = _cpuinfo(cpuinfo)
     if "avx512f" in flags:
