@@ -38,9 +38,9 @@ def xgb_options(args: argparse.Namespace) -> dict:
 def add_search_arguments(p: argparse.ArgumentParser, transfer_default: str) -> None:
     """--features, --cold-start, --transfer (xgb tuner), --retime; `transfer_default`: what --transfer defaults to."""
     p.add_argument("--features", default="loop", choices=["loop", "knob"], help="xgb: cost model features")
-    p.add_argument("--cold-start", default="roofline", choices=["roofline", "random"],
-                   help="xgb: how the first batch is picked when no record guides it (default roofline: the best "
-                        "of a random sample by a roofline estimate, on CPU targets with loop features)")
+    p.add_argument("--cold-start", default="random", choices=["random", "roofline"],
+                   help="xgb: how the first batch is picked when no record guides it (default random; roofline: the "
+                        "best of a random sample by a roofline estimate, CPU targets with loop features)")
     p.add_argument("--transfer", nargs="*", metavar="LOG",
                    help=f"xgb: logs of other tasks to pre-train on (default: {transfer_default}); give no LOG "
                         "to turn transfer off")

@@ -4,8 +4,8 @@
     python benchmarks/ab_search.py --arm after --work /abs/ab --tasks "matmul 1024^3"    # from the new one
     python benchmarks/ab_search.py --report --work /abs/ab --tasks "matmul 1024^3"       # after both
 
-Each arm runs cold xgb (loop features; `--tuner random`: random search, a baseline arm; `--cold-start random`: xgb
-whose first batch is random, as before the roofline prior) for --trials per seed into
+Each arm runs cold xgb (loop features; `--tuner random`: random search, a baseline arm; `--cold-start roofline`: xgb
+whose first batch the roofline prior picks) for --trials per seed into
 `<work>/<task>/<arm>-s<seed>.jsonl` (with --transfer-from, xgb pre-trained as bench_search.py's xgb-transfer: on the
 other tasks' xgb-loop logs in that work folder and on --model-logs; its report goes to the `ab_search_transfer`
 section). A config one arm measured is replayed for the other (its first measurement), so the arms differ only in
@@ -57,7 +57,8 @@ def run_arm(args, work: Path) -> None:
     known_arms = json.loads(arms.read_text()) if arms.exists() else {}
     known_arms[args.arm] = (f"{commit}, {args.tuner} search" if args.tuner != "xgb"
                             else f"{commit}, cold start {args.cold_start}" if args.cold_start != "roofline"
-                            else f"{commit}, cold start {args.cold_random:.0%} random" if args.cold_random else commit)
+                            else f"{commit}, cold start roofline, {args.cold_random:.0%} random" if args.cold_random
+                            else f"{commit}, cold start roofline")
     arms.write_text(json.dumps(known_arms, indent=1))
     builder, runner = LocalBuilder(), LocalRunner()
     try:
@@ -149,7 +150,7 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="compare the arms run so far")
     ap.add_argument("--tuner", choices=("xgb", "random"), default="xgb",
                     help="the arm's tuner (random: the baseline the xgb arms' sample efficiency is judged by)")
-    ap.add_argument("--cold-start", choices=("roofline", "random"), default="roofline",
+    ap.add_argument("--cold-start", choices=("roofline", "random"), default="random",
                     help="xgb: how the first batch is picked (an arm of the tuner with the other rule)")
     ap.add_argument("--cold-random", type=float, default=0.0, metavar="SHARE",
                     help="xgb, roofline cold start: share of the first batch drawn at random instead")

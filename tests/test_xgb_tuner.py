@@ -81,11 +81,11 @@ def test_same_seed_same_proposals_other_seed_other_proposals():
     assert runs[0] != runs[2]
 
 
-def test_unguided_proposals_until_two_measurements_differ():
+def test_random_proposals_without_data():
     tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0)
     first = tuner.next_batch(8)
     assert len(first) == 8 and tuner.model is None
-    # Only errors: nothing to learn from, so still the cold-start rule (and still no repeats).
+    # Only errors: nothing to learn from, so still random (and still no repeats).
     inputs = [MeasureInput(MM, MM_SPACE.get(i), TOY_MATMUL_REF) for i in first]
     tuner.update(inputs, [MeasureResult(None, ErrorKind.RUNTIME_ERROR, "x", 0.0, 0.0) for _ in first])
     second = tuner.next_batch(8)
@@ -284,12 +284,13 @@ def test_roofline_cold_start_picks_a_first_batch_the_prior_rates_higher(seed):
 
 
 def test_roofline_cold_start_only_where_the_prior_applies():
-    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF).cold_start == "roofline"
-    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, features="knob").cold_start == "random"
+    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF).cold_start == "random"  # the default
+    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline").cold_start == "roofline"
+    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, features="knob", cold_start="roofline").cold_start == "random"
     cuda = make_task("matmul", "M=512,N=512,K=512", target="cuda", arch="sm_90")
-    assert XGBTuner(cuda, MM_SPACE, TOY_MATMUL_REF).cold_start == "random"
+    assert XGBTuner(cuda, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline").cold_start == "random"
     with pytest.raises(ValueError, match="cold start"):
         XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="analytic")
     with pytest.raises(ValueError, match="share"):
-        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_random=1.5)
+        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline", cold_random=1.5)
 

@@ -103,8 +103,9 @@ class XGBTuner:
     knob_weight: bonus for each knob value new to a batch (diversity; 0 picks the top predictions);
     min_distance: knob changes between two configs of one batch.
     cold_start: how the first batch is picked while nothing guides the search (no model, no transfer):
-    "roofline" (CPU targets, loop features): the best of COLD_POOL random configs by `cost_models.prior`'s
-    roofline estimate, with the batch's diversity rule; "random" (and on CUDA): random configs. cold_random:
+    "random" (the default) or "roofline" (CPU targets, loop features): the best of COLD_POOL random configs by
+    `cost_models.prior`'s roofline estimate, with the batch's diversity rule (measured: much faster starts on
+    conv2d, slower runs on matmul and dense, `benchmarks/RESULTS.md` ab_search_coldstart). cold_random:
     the share of a roofline first batch drawn at random instead (a hedge where the estimate mis-ranks).
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
     feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
@@ -116,7 +117,7 @@ class XGBTuner:
                  objective: str = "rank", explore: float = 0.15, transfer_explore: float = 0.5, sa_chains: int = 16,
                  sa_steps: int = 16, sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1,
                  transfer_halflife: int = 16, transfer_max_per_task: int = 512, n_rounds: int = 200,
-                 feature_workers: int = 0, cache: FeatureCache | None = None, cold_start: str = "roofline",
+                 feature_workers: int = 0, cache: FeatureCache | None = None, cold_start: str = "random",
                  cold_random: float = 0.0):
         import search_spaces
         from cost_models.features import KINDS, FeatureCache
