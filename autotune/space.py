@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -131,6 +131,10 @@ class ConfigSpace:
         for d, dim in zip(digits, self.dims):
             index = index * dim + int(d)
         return index
+
+    def index_of_values(self, values: Mapping[str, Any]) -> int:
+        """Index of the config with these knob values (split factors as tuples); ValueError if one is no candidate."""
+        return self.index_of([k.candidates.index(values[k.name]) for k in self.knobs])
 
     def get(self, index: int) -> Config:
         index = int(index)

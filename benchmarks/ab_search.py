@@ -47,6 +47,15 @@ DEFAULT_WORK = Path(ROOT, "benchmarks", "work", "ab").resolve()
 EARLY = (8, 16, 32)  # the report gives each arm's mean best after these many trials
 
 
+def arm_label(args, commit: str) -> str:
+    """How the report names an arm's tuner: its commit, and the options that differ from cold xgb's defaults."""
+    if args.tuner != "xgb":
+        return f"{commit}, {args.tuner} search"
+    if args.cold_start == "roofline":
+        return f"{commit}, cold start roofline" + (f", {args.cold_random:.0%} random" if args.cold_random else "")
+    return commit
+
+
 def run_arm(args, work: Path) -> None:
     from autotune import make_task, tune
     from autotune.measure import LocalBuilder, LocalRunner
@@ -55,10 +64,7 @@ def run_arm(args, work: Path) -> None:
                             text=True).stdout.strip()
     arms = work / "arms.json"
     known_arms = json.loads(arms.read_text()) if arms.exists() else {}
-    known_arms[args.arm] = (f"{commit}, {args.tuner} search" if args.tuner != "xgb"
-                            else f"{commit}, cold start {args.cold_start}" if args.cold_start != "roofline"
-                            else f"{commit}, cold start roofline, {args.cold_random:.0%} random" if args.cold_random
-                            else f"{commit}, cold start roofline")
+    known_arms[args.arm] = arm_label(args, commit)
     arms.write_text(json.dumps(known_arms, indent=1))
     builder, runner = LocalBuilder(), LocalRunner()
     try:

@@ -197,16 +197,12 @@ PRIOR_CPU = CpuModel("test", lanes=16, vector_registers=32, cores=2, ghz=3.0, l1
                      l2_bytes=1 << 20, l3_bytes=32 << 20)
 
 
-def _toy_index(space, **knobs) -> int:
-    return space.index_of([knob.candidates.index(knobs[knob.name]) for knob in space.knobs])
-
-
 def test_roofline_prior_rates_vector_lanes_and_busy_cores():
     space = TOY_MATMUL.define_space(MM)
     tiles = dict(tile_i=(16, 16), tile_j=(16, 16), tile_k=(64, 4), unroll=0)
     kinds = [("none", "none"), ("none", "inner"), ("outer", "none"), ("outer", "inner")]
-    indices = [_toy_index(space, **tiles, parallel=p, vectorize=v) for p, v in kinds]
-    indices.append(_toy_index(space, **{**tiles, "tile_j": (2, 128)}, parallel="outer", vectorize="inner"))
+    indices = [space.index_of_values(dict(**tiles, parallel=p, vectorize=v)) for p, v in kinds]
+    indices.append(space.index_of_values({**tiles, "tile_j": (2, 128), "parallel": "outer", "vectorize": "inner"}))
     cycles = roofline_cycles(extract(MM, TOY_MATMUL, space, indices, "loop", FeatureCache()), PRIOR_CPU)
     serial, vector, parallel, both, rejected = cycles
     # 16 lanes make it >8x faster (then the register loads bound it), the parallel loop keeps both cores busy
@@ -221,8 +217,8 @@ def test_roofline_prior_charges_traffic_that_misses_the_caches():
     # all 256 rows of C under one k: a 256x64 strip of C (64 KiB) streams through L1 for every k
     space = TOY_MATMUL.define_space(MM)
     knobs = dict(tile_j=(4, 64), parallel="outer", vectorize="inner", unroll=0)
-    blocked = _toy_index(space, tile_i=(16, 16), tile_k=(64, 4), **{**knobs, "tile_j": (16, 16)})
-    streaming = _toy_index(space, tile_i=(2, 128), tile_k=(256, 1), **knobs)
+    blocked = space.index_of_values({**knobs, "tile_i": (16, 16), "tile_j": (16, 16), "tile_k": (64, 4)})
+    streaming = space.index_of_values({**knobs, "tile_i": (2, 128), "tile_k": (256, 1)})
     X = extract(MM, TOY_MATMUL, space, [blocked, streaming], "loop", FeatureCache())
     cycles = roofline_cycles(X, PRIOR_CPU)
     assert cycles[1] > 2 * cycles[0]

@@ -75,8 +75,7 @@ def test_reduction_inside_or_outside_the_mid_tile_is_visible():
     space = CONV2D_CPU.define_space(task)
     knobs = {"auto_unroll": 16, "pad": "root", "reduction_order": "r_s_c1", "tile_c": (256, 1),
              "tile_k": (2, 8, 16), "tile_x": (7, 2, 1), "tile_y": (7, 2), "vec_axis": "k"}
-    idx = [space.index_of([k.candidates.index({**knobs, "c0_outer": outer}[k.name]) for k in space.knobs])
-           for outer in (True, False)]
+    idx = [space.index_of_values({**knobs, "c0_outer": outer}) for outer in (True, False)]
     X = extract(task, CONV2D_CPU, space, idx, "loop", FeatureCache())
     assert np.array_equal(X[0, :POOLED_DIM], X[1, :POOLED_DIM])
     assert not np.array_equal(X[0, POOLED_DIM:], X[1, POOLED_DIM:])

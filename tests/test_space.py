@@ -26,7 +26,7 @@ def test_index_round_trip_mixed_radix():
     assert len(s) == 45 * 2 * 3 * 4
     for i in [0, 1, 17, len(s) - 1]:
         cfg = s.get(i)
-        assert s.index_of(s.digits(i)) == i == cfg.index
+        assert s.index_of(s.digits(i)) == i == cfg.index == s.index_of_values(cfg.knobs)
         assert cfg["i"] in s["i"].candidates
     assert s.get(1)["u"] == 16  # the last knob varies fastest
     with pytest.raises(IndexError):
