@@ -4,7 +4,7 @@ Before a task has two measurements that differ, the cost model has nothing to le
 batch used to be random. This prior ranks a random sample instead, from what the loop features already
 say about the dominant block, per iteration of it (one scalar multiply-add):
 
-- issue: 1 / (2 FMA units x the lanes the innermost loop fills), worse when the register tile's
+- issue: 1 / (2 FMA units x the lanes the innermost loop fills), worse (up to 4x) when the register tile's
   accumulators need more vector registers than the CPU has;
 - register loads: the bytes the register tile reads per iteration, at two vector loads per cycle;
 - cache traffic: for L1, L2 and L3 (this CPU's sizes), the bytes the reuse curve says that cache size
@@ -35,6 +35,7 @@ _PARALLEL, _VECTORIZED = 1, 2  # tirx.ForKind
 CACHE_BYTES_PER_CYCLE = (64.0, 32.0, 8.0)  # into L1, L2, L3
 VECTOR_LOADS_PER_CYCLE = 2
 ACCUMULATOR_REGISTERS = 0.85  # share of the vector registers the accumulators may take before they spill
+SPILL_MAX = 4.0  # spilled accumulators cost a load and a store per FMA at most, not more the more there are
 
 
 def roofline_cycles(X: np.ndarray, cpu: CpuModel) -> np.ndarray:
@@ -49,7 +50,7 @@ def roofline_cycles(X: np.ndarray, cpu: CpuModel) -> np.ndarray:
     inner = np.exp2(level(0, 0))
     lanes = np.where(level(0, 1 + _VECTORIZED) > 0, inner / np.ceil(inner / cpu.lanes), 1.0)
     accumulators = np.exp2(L[:, REGISTER_AT]) / (4 * cpu.lanes)  # vector registers of fp32 accumulators
-    spill = np.maximum(1.0, accumulators / (ACCUMULATOR_REGISTERS * cpu.vector_registers))
+    spill = np.clip(accumulators / (ACCUMULATOR_REGISTERS * cpu.vector_registers), 1.0, SPILL_MAX)
     terms = [spill / (cpu.fma_units * lanes),
              (np.exp2(L[:, REGISTER_AT + 1]) - 1.0) / (VECTOR_LOADS_PER_CYCLE * 4 * cpu.lanes)]
     for size, rate in zip((cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes or cpu.l2_bytes), CACHE_BYTES_PER_CYCLE):
