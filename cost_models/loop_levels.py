@@ -16,14 +16,11 @@ On matmul it is what the rest of the row misses (`benchmarks/ablate_features.py`
 the task's random configs 0.47 -> 0.57, leave-one-task-out 0.43 -> 0.53); dense gains a little, the
 convolutions nothing.
 
-Last, the register tile (`register_tile`): the loops inside the innermost reduction loop, its accumulator
-bytes, the bytes it reads per iteration, and the reduction loops around it that reuse the accumulators before
-they are written back: the micro-kernel's arithmetic intensity, which decides GEMM speed once the caches are
-served (leave-one-task-out, mean of 8 model seeds: matmul 0.51 -> 0.56, dense 0.63 -> 0.66, the convolutions
-unchanged). Until session 16 the tile was only the innermost run of vectorised and unrolled loops; the
-compiler also keeps short serial loops' accumulators in registers, and counting them (with the serial
-extents as a feature) ranks held-out matmul at 0.66 instead of 0.56 (mean of 5 model seeds; 0.72 instead of
-0.63 for the mean of their predictions), the other tasks unchanged.
+Last, the register tile (`register_tile`): the innermost run of vectorised and unrolled loops, its
+accumulator bytes, the bytes it reads per iteration, and the reduction loops around it that reuse the
+accumulators before they are written back: the micro-kernel's arithmetic intensity, which decides GEMM speed
+once the caches are served (leave-one-task-out, mean of 8 model seeds: matmul 0.51 -> 0.56, dense 0.63 ->
+0.66, the convolutions unchanged).
 
 The working-set curve tells apart schedules that PerStoreFeature gives identical rows, e.g. a conv2d
 whose reduction over input channels runs outside the mid tile (its weight slice stays in L1) or inside
@@ -52,7 +49,7 @@ CURVE_CAPACITIES = tuple(1 << p for p in range(12, 26))  # bytes: 4 KiB .. 32 Mi
 CURVE_DIM = 2 * len(CURVE_CAPACITIES)
 N_LOOPS_AT = LEVELS * PER_LEVEL  # index of the loop count
 CURVE_AT = N_LOOPS_AT + 1
-REGISTER_DIM = 7
+REGISTER_DIM = 5
 REGISTER_AT = CURVE_AT + CURVE_DIM
 LEVEL_DIM = REGISTER_AT + REGISTER_DIM
 _NO_FIT = 30.0  # log2 bytes per iteration where not even the innermost loop's working set fits
@@ -106,40 +103,29 @@ def reuse_curve(inner, working_sets) -> np.ndarray:
 
 
 _IN_REGISTERS = (2, 3)  # tirx.ForKind: vectorized, unrolled
-_PARALLEL = 1  # tirx.ForKind
 
 
 def register_tile(inner, accesses, footprints) -> np.ndarray:
-    """[REGISTER_DIM]: the register tile (the loops inside the innermost reduction loop) and its reuse.
+    """[REGISTER_DIM]: the register tile (the innermost run of vectorised and unrolled loops) and its reuse.
 
-    The tile is the run of innermost loops that all move the written buffer, up to the first that does not (a
-    reduction loop) or runs in parallel. The compiler keeps its accumulators in registers across the reduction
-    when it can unroll the tile's loops: vectorised and unrolled ones, and short serial ones too (a mid-tile
-    loop of 4 rows around a 16-lane vector loop, inside the k loop, is a 4x16 register tile, not a 1x16 one).
     log2 of: the written buffer's bytes in the tile (the accumulators), the bytes read per iteration of the
-    tile, the tile's iterations, how many times the accumulators are reused in a row (the reduction loops
-    just outside the tile), the bytes that those reduction loops read, the product of the tile's serial loop
-    extents (what the compiler must unroll on its own), and the bytes read per iteration of tile and reduction
-    together. `footprints[lvl][b]`: bytes of accesses[b] from inner[lvl] inward."""
+    tile, the tile's iterations, how many times the accumulators are reused in a row (the loops just
+    outside the tile that do not move the written buffer: the reduction), and the bytes that one such
+    reuse step reads. `footprints[lvl][b]`: bytes of accesses[b] from inner[lvl] inward."""
     def inward(n):  # footprints of the innermost n loops
         return footprints[n - 1] if n else [acc.footprint([]) for acc in accesses]
 
-    def moves_output(loop) -> bool:
-        return accesses[0].stride(loop) != 0 and int(loop.kind) != _PARALLEL
-
     r = 0
-    while r < len(inner) and moves_output(inner[r]):
+    while r < len(inner) and int(inner[r].kind) in _IN_REGISTERS:
         r += 1
     reuse_end = r
     while reuse_end < len(inner) and accesses[0].stride(inner[reuse_end]) == 0:
         reuse_end += 1
     iters = math.prod(_const(f.extent) for f in inner[:r])
     reuse = math.prod(_const(f.extent) for f in inner[r:reuse_end])
-    serial = math.prod(_const(f.extent) for f in inner[:r] if int(f.kind) not in _IN_REGISTERS)
     tile, step = inward(r), inward(reuse_end)
     return np.array([math.log2(tile[0]), math.log2(1.0 + sum(tile[1:]) / iters), math.log2(iters),
-                     math.log2(reuse), math.log2(1.0 + sum(step[1:])), math.log2(serial),
-                     math.log2(1.0 + sum(step[1:]) / (iters * reuse))], dtype=np.float32)
+                     math.log2(reuse), math.log2(1.0 + sum(step[1:]))], dtype=np.float32)
 
 
 class _Access:

@@ -11,7 +11,7 @@ import numpy as np
 OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 FILE_FORMAT = "autotune-xgb-cost-model"
 FILE_VERSION = 6  # 2: loop-feature totals are per FLOP of the task; 3: + per-loop-level features; 4: + reuse curve;
-#                  5: + register tile; 6: register tile counts serial loops inside the reduction, a bag of boosters
+#                  5: + register tile; 6: a list of boosters (`bag`)
 SMALL_FIT_ROWS = 4096
 
 
@@ -36,17 +36,19 @@ class XGBCostModel:
     (leave-one-task-out Spearman 0.74 against 0.61 for 60 trees of depth 6 at eta 0.2, mean of the four
     bench_search tasks) and the task's own configs as well, for about the same fitting time.
 
-    The model is a bag of `bag` boosters (seeds seed, seed + 1, ...), each on its own 80% of the rows and
-    columns; it scores a config by their mean. On held-out tasks one booster's ranking swings with its seed
-    (dense 0.47-0.63, matmul 0.61-0.62 over three seeds), the bag's much less and higher (4-8 boosters: dense
-    0.59-0.67, matmul 0.66-0.72); the task's own configs are ranked as before (session 16,
-    `benchmarks/RESULTS.md`). The boosters of a small fit train two at a time.
+    `bag` > 1 makes it a bag of boosters (seeds seed, seed + 1, ...) scoring by their mean; give each its own
+    rows and columns (`subsample`, `colsample_bytree` < 1). Offline it ranks held-out tasks better and more
+    steadily than one booster (session 16, bags of 3-8 on 80% of rows and columns: matmul 0.66-0.72 against
+    0.61-0.62, dense 0.59-0.67 against 0.47-0.63 over booster seeds, with a register-tile variant of the
+    features), but tuning with transfer did not gain from it (8 seeds: matmul level, dense 6 GFLOPS lower at 64
+    trials; `benchmarks/RESULTS.md`, ab_search_transfer_bag), so the default is one booster on all rows. Small
+    fits train two boosters at a time.
     """
 
     def __init__(self, objective: str = "rank", features: str = "loop", n_rounds: int = 200, max_depth: int = 4,
-                 eta: float = 0.05, min_child_weight: float = 1.0, subsample: float = 0.8,
-                 colsample_bytree: float = 0.8, pairs_per_sample: int = 8, seed: int = 0, nthread: int = 2,
-                 bag: int = 4):
+                 eta: float = 0.05, min_child_weight: float = 1.0, subsample: float = 1.0,
+                 colsample_bytree: float = 1.0, pairs_per_sample: int = 8, seed: int = 0, nthread: int = 2,
+                 bag: int = 1):
         if bag < 1:
             raise ValueError(f"bag must be at least 1, got {bag}")
         self.objective = objective

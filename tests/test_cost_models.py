@@ -152,15 +152,16 @@ def test_continued_fit_keeps_the_initial_trees():
     X, y, g = _synthetic(200, 2, seed=5)
     base = XGBCostModel(n_rounds=10).fit(X, y, g)
     more = XGBCostModel(n_rounds=5).fit(X[:50], y[:50], g[:50], init_model=base)
-    assert [b.num_boosted_rounds() for b in more.boosters_] == [15] * 4
-    one = XGBCostModel(n_rounds=5, bag=2).fit(X[:50], y[:50], g[:50], init_model=XGBCostModel(n_rounds=3, bag=1).fit(X, y, g))
-    assert [b.num_boosted_rounds() for b in one.boosters_] == [8, 8]
+    assert [b.num_boosted_rounds() for b in more.boosters_] == [15]
+    two = XGBCostModel(n_rounds=5, bag=2).fit(X[:50], y[:50], g[:50], init_model=XGBCostModel(n_rounds=3).fit(X, y, g))
+    assert [b.num_boosted_rounds() for b in two.boosters_] == [8, 8]
 
 
 def test_bag_scores_by_the_mean_of_its_boosters():
     X, y, g = _synthetic(300, 3, seed=6)
-    bag = XGBCostModel(n_rounds=20, bag=3, seed=2).fit(X, y, g)
-    members = [XGBCostModel(n_rounds=20, bag=1, seed=2 + m).fit(X, y, g).predict(X) for m in range(3)]
+    sub = dict(n_rounds=20, subsample=0.8, colsample_bytree=0.8)
+    bag = XGBCostModel(bag=3, seed=2, **sub).fit(X, y, g)
+    members = [XGBCostModel(seed=2 + m, **sub).fit(X, y, g).predict(X) for m in range(3)]
     np.testing.assert_allclose(bag.predict(X), np.mean(members, axis=0), rtol=1e-6)
     assert len({tuple(p[:10]) for p in members}) == 3  # each booster drew its own rows and columns
     with pytest.raises(ValueError, match="bag must be at least 1"):
