@@ -238,3 +238,22 @@ def test_roofline_prior_charges_traffic_that_misses_the_caches():
     # with a 32 KiB L2 the strip comes from L3, at half the rate: the streaming config loses most
     slower = roofline_cycles(X, dataclasses.replace(PRIOR_CPU, l2_bytes=32 << 10)) / cycles
     assert slower[1] > 1.5 and slower[1] > slower[0]
+
+
+def test_roofline_prior_caps_the_cost_of_spilled_accumulators():
+    """Accumulators beyond the register file cost up to a load and a store per FMA, not more the more there are."""
+    from cost_models.features import POOLED_DIM
+    from cost_models.loop_levels import REGISTER_AT
+    from cost_models.prior import SPILL_MAX
+
+    space = TOY_MATMUL.define_space(MM)
+    index = space.index_of_values(dict(tile_i=(16, 16), tile_j=(16, 16), tile_k=(64, 4), unroll=0,
+                                       parallel="outer", vectorize="inner"))
+    row = extract(MM, TOY_MATMUL, space, [index], "loop", FeatureCache())[0]
+    regs = PRIOR_CPU.vector_registers * PRIOR_CPU.lanes * 4  # bytes of the vector register file
+    rows = np.repeat(row[None], 3, axis=0)
+    for r, acc_bytes in enumerate((regs // 8, 2 * regs, 64 * regs)):
+        rows[r, POOLED_DIM + REGISTER_AT] = np.log2(acc_bytes)
+    fits, spills, spills_more = roofline_cycles(rows, PRIOR_CPU)
+    assert fits < spills < spills_more  # twice the register file: 2 / 0.85 = 2.35x the issue time
+    assert spills_more == pytest.approx(spills * SPILL_MAX / (2 / 0.85))  # 64 times: capped at 4x, not 75x
