@@ -12,6 +12,7 @@ OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 FILE_FORMAT = "autotune-xgb-cost-model"
 FILE_VERSION = 6  # 2: loop-feature totals are per FLOP of the task; 3: + per-loop-level features; 4: + reuse curve;
 #                  5: + register tile; 6: a list of boosters (`bag`)
+READS_VERSIONS = (5, 6)  # same features: a version-5 file is a bag of one
 SMALL_FIT_ROWS = 4096
 
 
@@ -161,12 +162,13 @@ class XGBCostModel:
             doc = json.load(fh)
         if doc.get("format") != FILE_FORMAT:
             raise ValueError(f"{path} is not an autotune cost model file")
-        if doc.get("version") != FILE_VERSION:
+        if doc.get("version") not in READS_VERSIONS:
+            readable = " and ".join(map(str, READS_VERSIONS))
             raise ValueError(f"{path} was saved by another version of autotune's features (file version "
-                             f"{doc.get('version')}, this one reads {FILE_VERSION}): retrain it with autotune train-model")
+                             f"{doc.get('version')}, this one reads {readable}): retrain it with autotune train-model")
         model = cls(**doc["params"])
         model.boosters_ = []
-        for text in doc["boosters"]:
+        for text in doc["boosters"] if "boosters" in doc else [doc["booster"]]:
             booster = xgb.Booster()
             booster.load_model(bytearray(text.encode()))
             booster.set_param({"nthread": 1})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -136,6 +137,23 @@ def test_model_save_load_round_trip(tmp_path):
     assert loaded.get_params() == model.get_params()
     assert loaded.n_features_in_ == 12 and loaded.n_samples_ == 300
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+
+
+def test_model_files_of_version_5_load_as_one_booster(tmp_path):
+    X, y, g = _synthetic(200, 2, seed=3)
+    model = XGBCostModel(n_rounds=10).fit(X, y, g)
+    model.save(tmp_path / "m.json")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    del doc["params"]["bag"]
+    doc.update(version=5, booster=doc.pop("boosters")[0])  # the single-booster file of session 15
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = XGBCostModel.load(tmp_path / "old.json")
+    assert old.bag == 1
+    np.testing.assert_array_equal(old.predict(X), model.predict(X))
+    doc["version"] = 4
+    (tmp_path / "older.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="retrain it with autotune train-model"):
+        XGBCostModel.load(tmp_path / "older.json")
 
 
 def test_model_fit_is_deterministic_and_skips_nan_rows():
