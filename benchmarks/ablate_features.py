@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
-from bench_search import TASKS, _spearman, search_records
+from bench_search import TASKS, _spearman, config_rows, search_records
 
 FEATURE_SETS = ("all", "no register", "no curve", "no levels", "pooled", "knob")
 IN_TASK_TRAIN = (64, 300)
@@ -58,17 +58,12 @@ def task_data(work: Path, label: str):
     import numpy as np
 
     from autotune import make_task
-    from cost_models import records_dataset
 
     task = make_task(*TASKS[label])
     records, random_records = search_records(work, task)
     drawn = {r.input.config.index for r in random_records}
-    ok = [r for r in records if r.result.ok]
-    order = sorted({r.input.config.index for r in ok})
-    loop = records_dataset(ok, features="loop")  # one row per config, in index order
-    knob = records_dataset(ok, features="knob")
-    if len(loop) != len(order) or len(knob) != len(order):
-        raise RuntimeError(f"{label}: feature rows do not line up with the configs")
+    loop, order = config_rows(records, "loop")
+    knob, _ = config_rows(records, "knob")
     return loop.X, knob.X, loop.y, np.array([i in drawn for i in order])
 
 

@@ -374,6 +374,18 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
                    "mean of 50 draws):", "", *ceilings]
 
 
+def config_rows(records, features: str = "loop"):
+    """(Dataset of the records that ran, one row per config in index order; those configs' indices)."""
+    from cost_models import records_dataset
+
+    ok = [r for r in records if r.result.ok]
+    data = records_dataset(ok, features=features)
+    indices = sorted({r.input.config.index for r in ok})
+    if len(data) != len(indices):
+        raise RuntimeError(f"{features} feature rows do not line up with the configs")
+    return data, indices
+
+
 def search_records(work: Path, task) -> tuple[list, list]:
     """(every record of the task's runs, those of the random-search runs), each log read once."""
     from autotune import load_records

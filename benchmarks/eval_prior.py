@@ -22,23 +22,18 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
-from bench_search import TASKS, _spearman, search_records
+from bench_search import TASKS, _spearman, config_rows, search_records
 
 
 def random_configs(work: Path, label: str):
     """(task, space, config indices, loop rows, throughputs) of the configs random search measured."""
     import search_spaces
     from autotune import make_task
-    from cost_models import records_dataset
 
     task = make_task(*TASKS[label])
     _, drawn = search_records(work, task)
-    ok = [r for r in drawn if r.result.ok]
-    data = records_dataset(ok, features="loop")  # one row per config, in index order
-    indices = sorted({r.input.config.index for r in ok})
-    if len(data) != len(indices):
-        raise RuntimeError(f"{label}: feature rows do not line up with the configs")
-    space = search_spaces.resolve(ok[0].input.template).define_space(task)
+    data, indices = config_rows(drawn)
+    space = search_spaces.resolve(drawn[0].input.template).define_space(task)
     return task, space, indices, data.X, data.y
 
 

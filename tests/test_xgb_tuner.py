@@ -10,9 +10,8 @@ import pytest
 from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import Record
 from autotune.task import make_task
-from autotune.tuners.xgb import COLD_STARTS, XGBTuner, anneal, diverse_top
+from autotune.tuners.xgb import COLD_BATCH, COLD_STARTS, XGBTuner, anneal, diverse_top
 from cost_models import train_from_records
-from autotune.tuners.xgb import COLD_BATCH
 from tests.toy_template import (
     TOY_CONV2D,
     TOY_CONV2D_REF,
@@ -174,6 +173,16 @@ def test_saved_cost_model_guides_the_first_batch(tmp_path):
     assert guided < 0.7 * blind
     with pytest.raises(ValueError, match="loop features"):
         XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cost_model=str(path), features="knob")
+
+
+def test_a_loaded_bag_of_boosters_is_continued_whole(tmp_path):
+    path = tmp_path / "bag.json"
+    train_from_records(_other_task_records(160), features="loop", n_rounds=20, bag=2, subsample=0.8).save(path)
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, cost_model=str(path), sa_chains=4, sa_steps=4)
+    tuner.update(*_measure(MM, MM_SPACE, tuner.next_batch(8)))
+    model = tuner.model
+    assert (model.bag, model.subsample) == (2, 0.8)
+    assert [b.num_boosted_rounds() for b in model.boosters_] == [20 + tuner.n_rounds] * 2
 
 
 def test_batch_size_plans_ahead_until_the_next_update():

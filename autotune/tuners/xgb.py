@@ -237,8 +237,10 @@ class XGBTuner:
             t = self._transfer
             parts.append((t.X, t.y, t.groups + 1, np.ones(len(t))))
         Xs, ys, gs, ws = (np.concatenate(p) for p in zip(*parts))
+        # a loaded bag of boosters stays one: each booster continues on this task's data
+        shape = {k: getattr(self._base, k) for k in ("bag", "subsample", "colsample_bytree")} if self._base else {}
         model = XGBCostModel(objective=self.objective, features=self.features, n_rounds=self.n_rounds,
-                             seed=self.seed)
+                             seed=self.seed, **shape)
         self._model = model.fit(Xs, ys, gs, ws, init_model=self._base)
 
     @property
