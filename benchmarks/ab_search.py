@@ -51,6 +51,8 @@ def arm_label(args, commit: str) -> str:
     """How the report names an arm's tuner: its commit, and the options that differ from cold xgb's defaults."""
     if args.tuner != "xgb":
         return f"{commit}, {args.tuner} search"
+    if args.transfer_from:
+        return f"{commit}, transfer from {args.transfer_from} and {os.path.relpath(args.model_logs, ROOT)}"
     if args.cold_start == "roofline":
         return f"{commit}, cold start roofline" + (f", {args.cold_random:.0%} random" if args.cold_random else "")
     return commit

@@ -326,7 +326,8 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
     """Leave one task out: train on the other tasks' records, rank the held-out task's records.
 
     Each held-out task is ranked by a model trained on the other search tasks, and, when `extra_logs`
-    exist, by one also trained on those logs' tasks (never on a record of the held-out task itself). Scored on
+    exist, by one also trained on those logs' tasks and by one trained on the tasks of its own operator among
+    all those (never on a record of the held-out task itself). Scored on
     all the task's measured configs (mostly near-peak ones the xgb runs picked) and on those random search drew
     (a sample of the whole space); `noise_ceiling` gives what a perfect model would score on each.
     """
@@ -341,7 +342,6 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
         records, drawn = search_records(work, task)
         by_task[label] = (task.key, records, [r for r in drawn if r.result.ok])
     extra = load_records(list(extra_logs)) if extra_logs else []
-    n_extra = len({r.task.key for r in extra})
     rows = [("| held-out task | trained on | train records | test configs | objective | Spearman | Spearman, "
              "random-search configs | top-10 recall | best of predicted top 10 / best |"),
             "|---|---|---|---|---|---|---|---|---|"]
@@ -357,11 +357,17 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
         ceilings.append(f"| {label} | {sigma:.1%} | {noise_ceiling(test.y, sigma):.2f} | "
                         f"{noise_ceiling(drawn.y, sigma):.2f} |")
         others = len(by_task) - 1
-        sets = [(f"the other {others} search task{'s' * (others > 1)}", search)]
+        sets = [(f"the other {others} search task{'s' * (others > 1)}", search, ("rank", "reg"))]
         if extra:
-            sets.append((f"those + {n_extra} model tasks", search + [r for r in extra if r.task.key != key]))
-        for what, train in sets:
-            for objective in ("rank", "reg"):
+            every = search + [r for r in extra if r.task.key != key]
+            same = [r for r in every if r.task.op == held[0].task.op]
+            sets += [(f"those + {len({r.task.key for r in every}) - others} other tasks", every, ("rank", "reg")),
+                     (f"the {len({r.task.key for r in same})} other {held[0].task.op} tasks of those", same,
+                      ("rank",))]
+        for what, train, objectives in sets:
+            if not train:
+                continue
+            for objective in objectives:
                 model = train_from_records(train, features="loop", objective=objective)
                 pred = model.predict(test.X)
                 top_true = set(np.argsort(-test.y)[:10])
@@ -571,6 +577,8 @@ def main() -> None:
     ap.add_argument("--work", default="benchmarks/work/search")
     ap.add_argument("--model-logs", default="benchmarks/work/models",
                     help="logs of other tasks (bench_model.py's) also used to train the leave-one-task-out model")
+    ap.add_argument("--extra-logs", type=Path, nargs="*", default=[],
+                    help="more logs of other tasks for the leave-one-task-out model only (e.g. other shapes)")
     args = ap.parse_args()
     if args.quality_only and not args.quality_trials:
         ap.error("--quality-only needs --quality-trials")
@@ -598,7 +606,9 @@ def search_section(args, work: Path) -> str:
     return "\n".join([
         "## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`)", "",
         f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
-        f"--seeds {' '.join(map(str, args.seeds))}`; {args.threads} threads; wall time of the runs {time.time() - t0:.0f} s "
+        f"--seeds {' '.join(map(str, args.seeds))}"
+        + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
+        + f"`; {args.threads} threads; wall time of the runs {time.time() - t0:.0f} s "
         "(runs found complete in their logs are not measured again). Each config is "
         "measured once per task and every run replays that first measurement. Scores: a config's first "
         "measurement, except for the "
@@ -610,13 +620,14 @@ def search_section(args, work: Path) -> str:
         "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`. "
         "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the model benchmark's logs "
         f"(`{args.model_logs}`, {len(list(Path(args.model_logs).glob('*.jsonl')))} files), never on the task "
-        "itself.", "",
+        "itself. Leave-one-task-out models also train on those logs"
+        + (f" and on the `--extra-logs` ({len(args.extra_logs)} files)" if args.extra_logs else "") + ".", "",
         "### Sample efficiency", "", *efficiency_table(curves, samples), "",
         "Trials each method needs, on the mean of its seeds' curves, to do as well as random search does "
         f"in {args.trials}:", "", *match_random_table(curves, args.trials), "",
         "### Feature extraction speed", "", *extraction_speed(args.tasks), "",
         "### Cost model quality, leave one task out (loop features)", "",
-        *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")))])
+        *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")) + args.extra_logs)])
 
 
 def quality_section(args, work: Path) -> str:

@@ -118,7 +118,7 @@ def _xgb_options(states: list[TaskState], log: Path, transfer: Sequence[str] | N
     log's records of the model's other tasks so far), and one feature cache for all rounds."""
     from cost_models.features import FeatureCache
 
-    from ..transfer import MAX_TRANSFER_RECORDS, folder_records
+    from ..transfer import folder_records, select_transfer
 
     base = {"cache": FeatureCache(), **(tuner_options or {})}
     if transfer is not None and not transfer:
@@ -129,7 +129,7 @@ def _xgb_options(states: list[TaskState], log: Path, transfer: Sequence[str] | N
 
     def options(state: TaskState) -> dict[str, Any]:
         own = [r for s in states if s is not state for r in s.records]
-        return {**base, "transfer": (folder + own)[-MAX_TRANSFER_RECORDS:]}
+        return {**base, "transfer": select_transfer(state.task, folder + own)}
 
     return options
 
