@@ -128,10 +128,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     log = Path(args.log) if args.log else default_log_path(task)
     options = {}
     if args.tuner == "xgb":
-        from .transfer import transfer_records
+        from .transfer import transfer_records, transfer_summary
 
         options = {**xgb_options(args), "cost_model": args.cost_model,
                    "transfer": transfer_records(task, log, args.transfer)}
+        print(transfer_summary(task, options["transfer"]), file=sys.stderr)
     options_run = runner_options(args)
     remote = runner_from_args(args, options_run)  # None: measure on this machine
     if remote is None:

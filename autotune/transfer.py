@@ -37,6 +37,16 @@ def select_transfer(task: Task, records: Sequence[Record], limit: int = MAX_TRAN
     return keep + (rest[-room:] if room > 0 else [])
 
 
+def transfer_summary(task: Task, records: Sequence[Record]) -> str:
+    """One line for the user: how many records of how many tasks pre-train the model, how many of its operator."""
+    if not records:
+        return "transfer: none (no records of other tasks)"
+    keys = {r.task.key for r in records}
+    same = {r.task.key for r in records if r.task.op == task.op}
+    return (f"transfer: {len(records)} records of {len(keys)} other task{'s' * (len(keys) != 1)}, "
+            f"{len(same)} of them {task.op}")
+
+
 def folder_records(log: Path, logs: Sequence[str] | None, target_kind: str) -> list[Record]:
     """The records on `target_kind` of `logs`, or (None) of every other `*.jsonl` beside `log`."""
     if logs is None:

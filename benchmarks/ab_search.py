@@ -52,7 +52,9 @@ def arm_label(args, commit: str) -> str:
     if args.tuner != "xgb":
         return f"{commit}, {args.tuner} search"
     if args.transfer_from:
-        return f"{commit}, transfer from {args.transfer_from} and {os.path.relpath(args.model_logs, ROOT)}"
+        return (f"{commit}, transfer from {args.transfer_from} and {os.path.relpath(args.model_logs, ROOT)}"
+                + (f", {args.transfer_explore:.0%} of the first batch random" if args.transfer_explore is not None
+                   else ""))
     if args.cold_start == "roofline":
         return f"{commit}, cold start roofline" + (f", {args.cold_random:.0%} random" if args.cold_random else "")
     return commit
@@ -79,6 +81,8 @@ def run_arm(args, work: Path) -> None:
                        if args.tuner == "xgb" else {})
             if args.transfer_from and args.tuner == "xgb":
                 options["transfer"] = transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
+                if args.transfer_explore is not None:
+                    options["transfer_explore"] = args.transfer_explore
             for seed in args.seeds:
                 t0 = time.time()
                 res = tune(task, trials=args.trials, tuner=args.tuner, log=tdir / f"{args.arm}-s{seed}.jsonl",
@@ -160,6 +164,8 @@ def main() -> None:
                     help="the arm's tuner (random: the baseline the xgb arms' sample efficiency is judged by)")
     ap.add_argument("--cold-start", choices=("roofline", "random"), default="random",
                     help="xgb: how the first batch is picked (an arm of the tuner with the other rule)")
+    ap.add_argument("--transfer-explore", type=float, metavar="SHARE", help="with --transfer-from: the random "
+                    "share of batches while only transferred records guide the search (default: the tuner's)")
     ap.add_argument("--cold-random", type=float, default=0.0, metavar="SHARE",
                     help="xgb, roofline cold start: share of the first batch drawn at random instead")
     ap.add_argument("--trials", type=int, default=256)

@@ -4,7 +4,7 @@ from autotune.measure_types import MeasureInput, MeasureResult
 from autotune.records import LogWriter, Record
 from autotune.space import ConfigSpace, split_knob
 from autotune.task import make_task
-from autotune.transfer import select_transfer, transfer_records
+from autotune.transfer import select_transfer, transfer_records, transfer_summary
 
 SPACE = ConfigSpace((split_knob("i", 64, 2),))
 MM = make_task("matmul", {"M": 64, "N": 64, "K": 64}, target="llvm")
@@ -44,3 +44,9 @@ def test_folder_default_reads_the_other_logs_beside_the_log(tmp_path):
     assert transfer_records(MM, tmp_path / "this.jsonl", []) == []
     named = transfer_records(MM, tmp_path / "this.jsonl", [str(tmp_path / "this.jsonl")])
     assert [r.task.key for r in named] == [DENSE.key]
+
+
+def test_summary_names_the_records_tasks_and_those_of_the_same_operator():
+    records = [_rec(MM2, 1, 1.0), _rec(MM2, 2, 2.0), _rec(CONV, 1, 3.0)]
+    assert transfer_summary(MM, records) == "transfer: 3 records of 2 other tasks, 1 of them matmul"
+    assert transfer_summary(MM, []) == "transfer: none (no records of other tasks)"
