@@ -30,11 +30,13 @@ def select_transfer(task: Task, records: Sequence[Record], limit: int = MAX_TRAN
     from three other matmul shapes alone), so a folder full of other operators' logs must not crowd them out.
     """
     others = [r for r in records if r.task.key != task.key]
-    same = [r for r in others if r.task.op == task.op]
-    rest = sorted((r for r in others if r.task.op != task.op), key=lambda r: r.result.timestamp)
-    keep = sorted(same, key=lambda r: r.result.timestamp)[-limit:] if limit > 0 else []
-    room = limit - len(keep)
-    return keep + (rest[-room:] if room > 0 else [])
+    keep = _latest([r for r in others if r.task.op == task.op], limit)
+    return keep + _latest([r for r in others if r.task.op != task.op], limit - len(keep))
+
+
+def _latest(records: list[Record], n: int) -> list[Record]:
+    """The n most recent records, oldest first."""
+    return sorted(records, key=lambda r: r.result.timestamp)[-n:] if n > 0 else []
 
 
 def transfer_summary(task: Task, records: Sequence[Record]) -> str:
