@@ -533,7 +533,7 @@ def time_quality_kernels(args, work: Path, label: str, task, seed: int = 0) -> d
     from autotune.ops import random_inputs
 
     log = work / task.key / "quality" / f"xgb-{args.quality_trials}{_seed_suffix(seed)}.jsonl"
-    log.parent.mkdir(exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
     start = work / task.key / f"{args.quality_start}.jsonl" if args.quality_start and seed == 0 else None
     if start is not None and not log.exists():
         if not start.exists():
@@ -634,8 +634,9 @@ def quality_section(args, work: Path) -> str:
     """Our best kernel vs torch and MetaSchedule (`kernel_quality`), with how it was measured."""
     from autotune.retime import RETIMES as RETIMES_TUNE
 
-    start = (f" It continues the seed-0 run `{args.quality_start}` of the search benchmark (its log, resumed: "
-             "the model is retrained from it) to that budget." if args.quality_start else "")
+    start = (f" It continues the seed-0 run logged in `<task folder>/{args.quality_start}.jsonl` (a search "
+             "benchmark run, or a shorter kernel comparison's run: its log, resumed, the model retrained from it) "
+             "to that budget." if args.quality_start else "")
     return "\n".join([
         f"### Kernel quality at {args.quality_trials} trials", "",
         f"Command: `python benchmarks/bench_search.py --quality-only --quality-trials {args.quality_trials} "
