@@ -5,7 +5,7 @@
     python benchmarks/ab_search.py --report --work /abs/ab --tasks "matmul 1024^3"       # after both
 
 Each arm runs cold xgb (loop features; `--tuner random`: random search, a baseline arm; `--cold-start roofline`: xgb
-whose first batch the roofline prior picks) for --trials per seed into
+whose first batch the roofline prior picks; `--features knob`: xgb on the knob values) for --trials per seed into
 `<work>/<task>/<arm>-s<seed>.jsonl` (with --transfer-from, xgb pre-trained as bench_search.py's xgb-transfer: on the
 other tasks' xgb-loop logs in that work folder and on --model-logs; its report goes to the `ab_search_transfer`
 section). A config one arm measured is replayed for the other (its first measurement), so the arms differ only in
@@ -55,6 +55,8 @@ def arm_label(args, commit: str) -> str:
         return (f"{commit}, transfer from {args.transfer_from} and {os.path.relpath(args.model_logs, ROOT)}"
                 + (f", {args.transfer_explore:.0%} of the first batch random" if args.transfer_explore is not None
                    else ""))
+    if args.features != "loop":
+        return f"{commit}, {args.features} features"
     if args.cold_start == "roofline":
         return f"{commit}, cold start roofline" + (f", {args.cold_random:.0%} random" if args.cold_random else "")
     return commit
@@ -77,7 +79,7 @@ def run_arm(args, work: Path) -> None:
             tdir = work / task.key
             tdir.mkdir(parents=True, exist_ok=True)
             known = first_measurements(tdir)
-            options = ({"features": "loop", "cold_start": args.cold_start, "cold_random": args.cold_random}
+            options = ({"features": args.features, "cold_start": args.cold_start, "cold_random": args.cold_random}
                        if args.tuner == "xgb" else {})
             if args.transfer_from and args.tuner == "xgb":
                 options["transfer"] = transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
@@ -146,8 +148,8 @@ def report_arms(args, work: Path) -> None:
             + (f" --target {args.target}" if args.target != 0.95 else "")
             + (f" --section {args.section}" if args.section else "") + "; "
             + ("xgb pre-trained on the other tasks' records" if args.transfer_from else "cold xgb")
-            + ", loop features; a config measured by one arm is replayed for the other; scores are first "
-            "measurements.",
+            + ", loop features unless the arm says otherwise; a config measured by one arm is replayed for the "
+            "other; scores are first measurements.",
             "", f"| task | {args.target:.0%} of best any, GFLOPS (share of measured configs reaching it) | "
             "arm (commit) | "
             f"seeds reaching it | median trials to reach | mean best after {' / '.join(map(str, early))} trials | "
@@ -162,6 +164,8 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="compare the arms run so far")
     ap.add_argument("--tuner", choices=("xgb", "random"), default="xgb",
                     help="the arm's tuner (random: the baseline the xgb arms' sample efficiency is judged by)")
+    ap.add_argument("--features", choices=("loop", "knob"), default="loop",
+                    help="xgb: the cost model's features (an arm of the tuner with knob features)")
     ap.add_argument("--cold-start", choices=("roofline", "random"), default="random",
                     help="xgb: how the first batch is picked (an arm of the tuner with the other rule)")
     ap.add_argument("--transfer-explore", type=float, metavar="SHARE", help="with --transfer-from: the random "

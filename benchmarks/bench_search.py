@@ -598,6 +598,8 @@ def main() -> None:
 
 def search_section(args, work: Path) -> str:
     """Tuning curves, sample efficiency, feature extraction speed and leave-one-task-out model quality."""
+    from autotune.target import host_llvm_target
+
     t0 = time.time()
     curves, samples = run_curves(args, work)
     method_trials = (f"--method-trials {' '.join(f'{m}={n}' for m, n in args.method_trials)} "
@@ -608,7 +610,8 @@ def search_section(args, work: Path) -> str:
         f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
         f"--seeds {' '.join(map(str, args.seeds))}"
         + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
-        + f"`; {args.threads} threads; wall time of the runs {time.time() - t0:.0f} s "
+        + f"`; CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads; "
+        f"wall time of the runs {time.time() - t0:.0f} s "
         "(runs found complete in their logs are not measured again). Each config is "
         "measured once per task and every run replays that first measurement. Scores: a config's first "
         "measurement, except for the "
