@@ -54,7 +54,8 @@ def arm_label(args, commit: str) -> str:
     if args.transfer_from:
         return (f"{commit}, transfer from {args.transfer_from} and {os.path.relpath(args.model_logs, ROOT)}"
                 + (f", {args.transfer_explore:.0%} of the first batch random" if args.transfer_explore is not None
-                   else ""))
+                   else "")
+                + (f", transfer half-life {args.transfer_halflife}" if args.transfer_halflife is not None else ""))
     if args.features != "loop":
         return f"{commit}, {args.features} features"
     if args.cold_start == "roofline":
@@ -85,6 +86,8 @@ def run_arm(args, work: Path) -> None:
                 options["transfer"] = transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
                 if args.transfer_explore is not None:
                     options["transfer_explore"] = args.transfer_explore
+                if args.transfer_halflife is not None:
+                    options["transfer_halflife"] = args.transfer_halflife
             for seed in args.seeds:
                 t0 = time.time()
                 res = tune(task, trials=args.trials, tuner=args.tuner, log=tdir / f"{args.arm}-s{seed}.jsonl",
@@ -170,6 +173,8 @@ def main() -> None:
                     help="xgb: how the first batch is picked (an arm of the tuner with the other rule)")
     ap.add_argument("--transfer-explore", type=float, metavar="SHARE", help="with --transfer-from: the random "
                     "share of batches while only transferred records guide the search (default: the tuner's)")
+    ap.add_argument("--transfer-halflife", type=int, metavar="N", help="with --transfer-from: own records after "
+                    "which the task's own rows weigh as much as all transferred ones (default: the tuner's)")
     ap.add_argument("--cold-random", type=float, default=0.0, metavar="SHARE",
                     help="xgb, roofline cold start: share of the first batch drawn at random instead")
     ap.add_argument("--trials", type=int, default=256)

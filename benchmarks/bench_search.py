@@ -38,6 +38,7 @@ METHODS = {  # name -> (tuner, tuner options, uses transfer)
     "xgb-knob": ("xgb", {"features": "knob"}, False),
     "xgb-transfer": ("xgb", {"features": "loop"}, True),
 }
+MODEL_LOGS = "benchmarks/work/models"  # bench_model.py's logs
 RETIME_SHARE = 0.85  # configs first measured at this share of the best any run found or more are timed again
 RETIMES = 3
 RETIME_MAX = 96  # at most this many contenders per task, the best first measurements (on a flat landscape
@@ -99,8 +100,8 @@ def per_trial(records, trials: int, scores: dict[int, float]) -> list[float]:
 
 
 def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> dict[int, float]:
-    """GFLOPS of every config the runs measured: for contenders, the median of RETIMES more timings; else the
-    first measurement.
+    """GFLOPS of every config the runs measured: for contenders (and configs that were contenders of an earlier
+    invocation), the median of RETIMES more timings; else the first measurement.
 
     A contender is a config first measured at RETIME_SHARE or more of the best first measurement of any run, and
     among the RETIME_MAX best first measurements. One
@@ -136,7 +137,9 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
                     rec = inputs[i]
                     w.write(Record(rec.input, res, rec.template_version, runner.threads, versions()))
                     timings.setdefault(i, []).append(gflops_of(res))
-    return {i: float(np.median(timings[i])) if i in contenders and i in timings else g for i, g in gflops.items()}
+    # a config re-timed once (a contender of this invocation or an earlier one) keeps its re-timings' median:
+    # its score must not fall back to its first measurement when later runs push it out of the contenders
+    return {i: float(np.median(timings[i])) if len(timings.get(i, [])) >= RETIMES else g for i, g in gflops.items()}
 
 
 def retimed_log(tdir: Path) -> Path:
@@ -575,8 +578,11 @@ def main() -> None:
                     "tuning runs (ours and MetaSchedule's; one table row per task and seed)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default="benchmarks/work/search")
-    ap.add_argument("--model-logs", default="benchmarks/work/models",
+    ap.add_argument("--model-logs", default=MODEL_LOGS,
                     help="logs of other tasks (bench_model.py's) also used to train the leave-one-task-out model")
+    ap.add_argument("--section", default="bench_search",
+                    help="RESULTS.md section of the search tables (another name: its own section and its own PNG, "
+                         "e.g. a longer run of some tasks beside the main tables)")
     ap.add_argument("--extra-logs", type=Path, nargs="*", default=[],
                     help="more logs of other tasks for the leave-one-task-out model only (e.g. other shapes)")
     args = ap.parse_args()
@@ -587,7 +593,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     if not args.quality_only:
         body = search_section(args, work)
-        write_section("bench_search", body)
+        write_section(args.section, body)
         print(body, flush=True)
     if args.quality_trials:
         body = quality_section(args, work)
@@ -604,11 +610,16 @@ def search_section(args, work: Path) -> str:
     curves, samples = run_curves(args, work)
     method_trials = (f"--method-trials {' '.join(f'{m}={n}' for m, n in args.method_trials)} "
                      if args.method_trials else "")
-    plot(curves, Path(__file__).with_name("search_curves.png"))
+    png = "search_curves.png" if args.section == "bench_search" else f"search_curves_{args.section}.png"
+    plot(curves, Path(__file__).with_name(png))
     return "\n".join([
-        "## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`)", "",
+        "## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`"
+        + (f", section `{args.section}`" if args.section != "bench_search" else "") + ")", "",
         f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
         f"--seeds {' '.join(map(str, args.seeds))}"
+        + (f" --tasks {' '.join(repr(t) for t in args.tasks)}" if args.tasks != list(TASKS) else "")
+        + (f" --model-logs {args.model_logs}" if args.model_logs != MODEL_LOGS else "")
+        + (f" --section {args.section}" if args.section != "bench_search" else "")
         + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
         + f"`; CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads; "
         f"wall time of the runs {time.time() - t0:.0f} s "
@@ -618,16 +629,19 @@ def search_section(args, work: Path) -> str:
         f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found, at most the "
         f"{RETIME_MAX} best), which are "
         f"timed {RETIMES} more times after all runs (rounds over all contenders in a shuffled order) and scored "
-        "by the median of those timings: one timing varies by about 5%, and the best of a thousand first "
+        "by the median of those timings (so is any config re-timed as a contender by an earlier invocation): "
+        "one timing varies by about 5%, and the best of a thousand first "
         "measurements was mostly luck (5-10% above its own re-timings). "
-        "Tuning curves (mean over seeds, band = min..max): `benchmarks/search_curves.png`. "
-        "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the model benchmark's logs "
-        f"(`{args.model_logs}`, {len(list(Path(args.model_logs).glob('*.jsonl')))} files), never on the task "
+        f"Tuning curves (mean over seeds, band = min..max): `benchmarks/{png}`. "
+        "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the logs of other tasks in "
+        f"`{args.model_logs}` ({len(list(Path(args.model_logs).glob('*.jsonl')))} files; by default the model "
+        "benchmark's), never on the task "
         "itself. Leave-one-task-out models also train on those logs"
         + (f" and on the `--extra-logs` ({len(args.extra_logs)} files)" if args.extra_logs else "") + ".", "",
         "### Sample efficiency", "", *efficiency_table(curves, samples), "",
-        "Trials each method needs, on the mean of its seeds' curves, to do as well as random search does "
-        f"in {args.trials}:", "", *match_random_table(curves, args.trials), "",
+        *(line for n in sorted({args.trials, budget(args, "random")}) for line in (
+            "Trials each method needs, on the mean of its seeds' curves, to do as well as random search does "
+            f"in {n}:", "", *match_random_table(curves, n), "")),
         "### Feature extraction speed", "", *extraction_speed(args.tasks), "",
         "### Cost model quality, leave one task out (loop features)", "",
         *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")) + args.extra_logs)])
