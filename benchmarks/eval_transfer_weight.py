@@ -1,0 +1,76 @@
+"""Offline: does a transferred record pool still help the model once the task has its own records?
+
+For each task, the model is fitted on the first N records of each cold xgb-loop run of `bench_search.py`
+(seeds 0-2) alone, or with the transfer pool xgb-transfer learns from, weighted as `XGBTuner` weighs it
+(own rows `n_transfer / half-life` each) for several half-lives; it then ranks every other config of the
+task that some run measured (first measurements). Prints Spearman on all of them and on the top 20%, and
+the best measured config among the predicted top 10 relative to the best. No timing: runs on the logs.
+
+    python benchmarks/eval_transfer_weight.py --model-logs benchmarks/work/extra
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_search import TASKS, _spearman, first_measurements, transfer_records  # noqa: E402
+
+ARMS = {"own only": None, "half-life 16 (default)": 16, "half-life 4": 4, "half-life 1": 1}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", default="benchmarks/work/search")
+    ap.add_argument("--model-logs", default="benchmarks/work/models")
+    ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3", "conv2d 64x56x56 3x3"], choices=list(TASKS))
+    ap.add_argument("--own", type=int, nargs="+", default=[32, 64, 96])
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    import search_spaces
+    from autotune import load_records, make_task
+    from cost_models.dataset import records_dataset, throughput
+    from cost_models.features import FeatureCache, extract
+    from cost_models.xgb_model import XGBCostModel
+
+    work, cache = Path(args.work), FeatureCache()
+    print("| task | own records | model | Spearman, all other configs | Spearman, their top 20% | "
+          "best of predicted top 10 / best |\n|---|---|---|---|---|---|")
+    for label in args.tasks:
+        task = make_task(*TASKS[label])
+        tdir = work / task.key
+        pool = records_dataset(transfer_records(work, task, Path(args.model_logs)), "loop", 512, 0, cache)
+        template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
+        first = first_measurements(tdir)
+        every = sorted(first)
+        X_all = extract(task, template, template.define_space(task), every, "loop", cache)
+        y_all = np.array([throughput(first[i]) for i in every])
+        where = {i: k for k, i in enumerate(every)}
+        for n in args.own:
+            scores: dict[str, list[tuple[float, float, float]]] = {}
+            for seed in (0, 1, 2):
+                own = sorted({where[r.input.config.index] for r in load_records(tdir / f"xgb-loop-s{seed}.jsonl")[:n]})
+                test = np.array([k for k in range(len(every)) if k not in set(own) and y_all[k] > 0])
+                for arm, halflife in ARMS.items():
+                    X, y, g, w = X_all[own], y_all[own], np.zeros(len(own), int), np.ones(len(own))
+                    if halflife is not None:
+                        w = np.concatenate([w * max(1.0, len(pool) / halflife), np.ones(len(pool))])
+                        X, y = np.concatenate([X, pool.X]), np.concatenate([y, pool.y])
+                        g = np.concatenate([g, pool.groups + 1])
+                    p = XGBCostModel(seed=seed).fit(X, y, g, w).predict(X_all[test])
+                    yt = y_all[test]
+                    top = yt >= np.quantile(yt, 0.8)
+                    scores.setdefault(arm, []).append((_spearman(p, yt), _spearman(p[top], yt[top]),
+                                                       yt[np.argsort(-p)[:10]].max() / yt.max()))
+            for arm, s in scores.items():
+                a, b, c = np.mean(s, axis=0)
+                print(f"| {label} | {n} | {arm} | {a:.2f} | {b:.2f} | {c:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
