@@ -610,16 +610,17 @@ def search_section(args, work: Path) -> str:
     curves, samples = run_curves(args, work)
     method_trials = (f"--method-trials {' '.join(f'{m}={n}' for m, n in args.method_trials)} "
                      if args.method_trials else "")
-    png = "search_curves.png" if args.section == "bench_search" else f"search_curves_{args.section}.png"
+    own_section = args.section != "bench_search"  # a section beside the main tables: named, with its own PNG
+    png = f"search_curves_{args.section}.png" if own_section else "search_curves.png"
     plot(curves, Path(__file__).with_name(png))
     return "\n".join([
         "## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`"
-        + (f", section `{args.section}`" if args.section != "bench_search" else "") + ")", "",
+        + (f", section `{args.section}`" if own_section else "") + ")", "",
         f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
         f"--seeds {' '.join(map(str, args.seeds))}"
         + (f" --tasks {' '.join(repr(t) for t in args.tasks)}" if args.tasks != list(TASKS) else "")
         + (f" --model-logs {args.model_logs}" if args.model_logs != MODEL_LOGS else "")
-        + (f" --section {args.section}" if args.section != "bench_search" else "")
+        + (f" --section {args.section}" if own_section else "")
         + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
         + f"`; CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads; "
         f"wall time of the runs {time.time() - t0:.0f} s "

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_search import TASKS, _spearman, first_measurements, transfer_records  # noqa: E402
+from bench_search import MODEL_LOGS, TASKS, _spearman, first_measurements, transfer_records  # noqa: E402
 
 ARMS = {"own only": None, "half-life 16 (default)": 16, "half-life 4": 4, "half-life 1": 1}
 
@@ -27,14 +27,15 @@ ARMS = {"own only": None, "half-life 16 (default)": 16, "half-life 4": 4, "half-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="benchmarks/work/search")
-    ap.add_argument("--model-logs", default="benchmarks/work/models")
+    ap.add_argument("--model-logs", default=MODEL_LOGS)
     ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3", "conv2d 64x56x56 3x3"], choices=list(TASKS))
     ap.add_argument("--own", type=int, nargs="+", default=[32, 64, 96])
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     import search_spaces
     from autotune import load_records, make_task
-    from cost_models.dataset import records_dataset, throughput
+    from autotune.tuners.xgb import training_rows
+    from cost_models.dataset import records_dataset, task_space, throughput
     from cost_models.features import FeatureCache, extract
     from cost_models.xgb_model import XGBCostModel
 
@@ -48,21 +49,17 @@ def main() -> None:
         template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
         first = first_measurements(tdir)
         every = sorted(first)
-        X_all = extract(task, template, template.define_space(task), every, "loop", cache)
+        X_all = extract(task, template, task_space(task, template), every, "loop", cache)
         y_all = np.array([throughput(first[i]) for i in every])
         where = {i: k for k, i in enumerate(every)}
         for n in args.own:
             scores: dict[str, list[tuple[float, float, float]]] = {}
             for seed in (0, 1, 2):
                 own = sorted({where[r.input.config.index] for r in load_records(tdir / f"xgb-loop-s{seed}.jsonl")[:n]})
-                test = np.array([k for k in range(len(every)) if k not in set(own) and y_all[k] > 0])
+                test = np.setdiff1d(np.flatnonzero(y_all > 0), own)
                 for arm, halflife in ARMS.items():
-                    X, y, g, w = X_all[own], y_all[own], np.zeros(len(own), int), np.ones(len(own))
-                    if halflife is not None:
-                        w = np.concatenate([w * max(1.0, len(pool) / halflife), np.ones(len(pool))])
-                        X, y = np.concatenate([X, pool.X]), np.concatenate([y, pool.y])
-                        g = np.concatenate([g, pool.groups + 1])
-                    p = XGBCostModel(seed=seed).fit(X, y, g, w).predict(X_all[test])
+                    rows = training_rows(X_all[own], y_all[own], pool if halflife else None, halflife or 1)
+                    p = XGBCostModel(seed=seed).fit(*rows).predict(X_all[test])
                     yt = y_all[test]
                     top = yt >= np.quantile(yt, 0.8)
                     scores.setdefault(arm, []).append((_spearman(p, yt), _spearman(p[top], yt[top]),

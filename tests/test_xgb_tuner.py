@@ -10,7 +10,7 @@ import pytest
 from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import Record
 from autotune.task import make_task
-from autotune.tuners.xgb import COLD_BATCH, COLD_STARTS, XGBTuner, anneal, diverse_top
+from autotune.tuners.xgb import COLD_BATCH, COLD_STARTS, XGBTuner, anneal, diverse_top, training_rows
 from cost_models import train_from_records
 from tests.toy_template import (
     TOY_CONV2D,
@@ -303,3 +303,16 @@ def test_roofline_cold_start_only_where_the_prior_applies():
     with pytest.raises(ValueError, match="share"):
         XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline", cold_random=1.5)
 
+
+
+def test_training_rows_weigh_own_records_by_the_transfer_halflife():
+    from cost_models.dataset import Dataset
+
+    own_X, own_y = np.ones((3, 2), np.float32), np.array([1.0, 2.0, 3.0])
+    pool = Dataset(np.zeros((32, 2), np.float32), np.arange(32.0), np.repeat([0, 1], 16), ["a", "b"])
+    X, y, groups, weights = training_rows(own_X, own_y, pool, halflife=16)
+    assert X.shape == (35, 2) and list(y[:3]) == [1.0, 2.0, 3.0]
+    assert list(groups[:3]) == [0, 0, 0] and set(groups[3:]) == {1, 2}  # transfer groups after the task's own
+    assert list(weights[:3]) == [2.0] * 3 and (weights[3:] == 1.0).all()  # 32 transfer rows / half-life 16
+    _, _, _, alone = training_rows(own_X, own_y, None, halflife=16)
+    assert list(alone) == [1.0] * 3

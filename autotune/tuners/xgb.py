@@ -14,6 +14,7 @@ from ..space import ConfigSpace
 from ..task import Task
 
 if TYPE_CHECKING:
+    from cost_models.dataset import Dataset
     from cost_models.features import FeatureCache
     from cost_models.xgb_model import XGBCostModel
 
@@ -87,6 +88,17 @@ def pick_batch(scored: dict[int, float], n: int, space: ConfigSpace, knob_weight
     ranked = sorted(scored, key=lambda i: (-scored[i], i))
     shortlist = {i: scored[i] for i in ranked[: max(4 * n, int(SHORTLIST * len(ranked)))]}
     return diverse_top(shortlist, n, space, knob_weight, min_distance)
+
+
+def training_rows(X: np.ndarray, y: np.ndarray, transfer: Dataset | None, halflife: float):
+    """The task's own rows (group 0) and the transfer rows (their groups + 1) with their weights: each own row
+    weighs `max(1, n_transfer / halflife)`, each transfer row 1, so after `halflife` own records the task's
+    own data weigh as much as all transferred data. Returns (X, y, groups, weights)."""
+    n_transfer = len(transfer) if transfer is not None else 0
+    parts = [(X, y, np.zeros(len(y), int), np.full(len(y), max(1.0, n_transfer / halflife)))]
+    if transfer is not None:
+        parts.append((transfer.X, transfer.y, transfer.groups + 1, np.ones(n_transfer)))
+    return tuple(np.concatenate(p) for p in zip(*parts))
 
 
 class XGBTuner:
@@ -230,13 +242,9 @@ class XGBTuner:
         if not own_informative and self._transfer is None:
             self._model = self._base  # None: random proposals until two measurements differ
             return
-        n_transfer = len(self._transfer) if self._transfer is not None else 0
-        own_weight = max(1.0, n_transfer / self.transfer_halflife)
-        parts = [(X, y, np.zeros(len(y), int), np.full(len(y), own_weight))] if own_informative else []
-        if self._transfer is not None:
-            t = self._transfer
-            parts.append((t.X, t.y, t.groups + 1, np.ones(len(t))))
-        Xs, ys, gs, ws = (np.concatenate(p) for p in zip(*parts))
+        if not own_informative:  # all equal (or none): nothing to rank yet, the transfer rows alone guide
+            X, y = X[:0], y[:0]
+        Xs, ys, gs, ws = training_rows(X, y, self._transfer, self.transfer_halflife)
         # a loaded bag of boosters stays one: each booster continues on this task's data
         shape = {k: getattr(self._base, k) for k in ("bag", "subsample", "colsample_bytree")} if self._base else {}
         model = XGBCostModel(objective=self.objective, features=self.features, n_rounds=self.n_rounds,
