@@ -304,7 +304,6 @@ def test_roofline_cold_start_only_where_the_prior_applies():
         XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline", cold_random=1.5)
 
 
-
 def test_training_rows_weigh_own_records_by_the_transfer_halflife():
     from cost_models.dataset import Dataset
 
