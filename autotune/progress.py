@@ -24,7 +24,8 @@ class ProgressBar:
             return
         self._bar.n = len(result.records)
         best = result.best
-        self._bar.set_postfix_str(f"best {best.gflops() if best else 0:.1f} GFLOPS, errors {result.errors}")
+        self._bar.set_postfix_str(f"best {best.gflops() if best else 0:.1f} GFLOPS, errors {result.errors}",
+                                  refresh=False)  # one refresh per update, below
         self._bar.refresh()
 
     def __exit__(self, *exc: object) -> None:

@@ -1,7 +1,7 @@
 """Offline: does a transferred record pool still help the model once the task has its own records?
 
 For each task, the model is fitted on the first N records of each cold xgb-loop run of `bench_search.py`
-(seeds 0-2) alone, or with the transfer pool xgb-transfer learns from, weighted as `XGBTuner` weighs it
+(seeds 0-2; `--own-run xgb-transfer`: of the transfer runs) alone, or with the transfer pool xgb-transfer learns from, weighted as `XGBTuner` weighs it
 (own rows `n_transfer / half-life` each) for several half-lives; it then ranks every other config of the
 task that some run measured (first measurements). Prints Spearman on all of them and on the top 20%, and
 the best measured config among the predicted top 10 relative to the best. No timing: runs on the logs.
@@ -30,6 +30,8 @@ def main() -> None:
     ap.add_argument("--model-logs", default=MODEL_LOGS)
     ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3", "conv2d 64x56x56 3x3"], choices=list(TASKS))
     ap.add_argument("--own", type=int, nargs="+", default=[32, 64, 96])
+    ap.add_argument("--own-run", default="xgb-loop", choices=["xgb-loop", "xgb-transfer"],
+                    help="whose first N records are the task's own: a cold run's or a transfer run's")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     import search_spaces
@@ -55,7 +57,7 @@ def main() -> None:
         for n in args.own:
             scores: dict[str, list[tuple[float, float, float]]] = {}
             for seed in (0, 1, 2):
-                own = sorted({where[r.input.config.index] for r in load_records(tdir / f"xgb-loop-s{seed}.jsonl")[:n]})
+                own = sorted({where[r.input.config.index] for r in load_records(tdir / f"{args.own_run}-s{seed}.jsonl")[:n]})
                 test = np.setdiff1d(np.flatnonzero(y_all > 0), own)
                 for arm, halflife in ARMS.items():
                     rows = training_rows(X_all[own], y_all[own], pool if halflife else None, halflife or 1)
