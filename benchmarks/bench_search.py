@@ -637,15 +637,17 @@ def search_section(args, work: Path) -> str:
         "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the logs of other tasks in "
         f"`{args.model_logs}` ({len(list(Path(args.model_logs).glob('*.jsonl')))} files; by default the model "
         "benchmark's), never on the task "
-        "itself. Leave-one-task-out models also train on those logs"
-        + (f" and on the `--extra-logs` ({len(args.extra_logs)} files)" if args.extra_logs else "") + ".", "",
+        "itself." + ((" Leave-one-task-out models also train on those logs"
+                     + (f" and on the `--extra-logs` ({len(args.extra_logs)} files)" if args.extra_logs else "") + ".")
+                    if len(args.tasks) > 1 else ""), "",
         "### Sample efficiency", "", *efficiency_table(curves, samples), "",
         *(line for n in sorted({args.trials, budget(args, "random")}) for line in (
             "Trials each method needs, on the mean of its seeds' curves, to do as well as random search does "
             f"in {n}:", "", *match_random_table(curves, n), "")),
         "### Feature extraction speed", "", *extraction_speed(args.tasks), "",
-        "### Cost model quality, leave one task out (loop features)", "",
-        *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")) + args.extra_logs)])
+        *(["### Cost model quality, leave one task out (loop features)", "",  # needs other tasks to train on
+           *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")) + args.extra_logs)]
+          if len(args.tasks) > 1 else [])])
 
 
 def quality_section(args, work: Path) -> str:

@@ -1,10 +1,12 @@
 """Offline: does a transferred record pool still help the model once the task has its own records?
 
 For each task, the model is fitted on the first N records of each cold xgb-loop run of `bench_search.py`
-(seeds 0-2; `--own-run xgb-transfer`: of the transfer runs) alone, or with the transfer pool xgb-transfer learns from, weighted as `XGBTuner` weighs it
-(own rows `n_transfer / half-life` each) for several half-lives; it then ranks every other config of the
-task that some run measured (first measurements). Prints Spearman on all of them and on the top 20%, and
-the best measured config among the predicted top 10 relative to the best. No timing: runs on the logs.
+(seeds 0-2; `--own-run xgb-transfer`: of the transfer runs) alone, or with the transfer pool xgb-transfer
+learns from, weighted as `XGBTuner` weighs it (own rows `n_transfer / half-life` each) for several
+half-lives; it then ranks every other config of the task that some run measured (first measurements).
+Prints Spearman on all of them and on the top 20%, and the best measured config among the predicted top 10
+relative to the best. `--compare features`: the model fitted on the own records alone, with loop features,
+with knob features, and the two models' mean rank. No timing: runs on the logs.
 
     python benchmarks/eval_transfer_weight.py --model-logs benchmarks/work/extra
 """
@@ -22,6 +24,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_search import MODEL_LOGS, TASKS, _spearman, first_measurements, transfer_records  # noqa: E402
 
 ARMS = {"own only": None, "half-life 16 (default)": 16, "half-life 4": 4, "half-life 1": 1}
+FEATURE_ARMS = ("loop, own only", "knob, own only", "loop and knob, mean rank")  # --compare features
+
+
+def _rank(p: np.ndarray) -> np.ndarray:
+    return np.argsort(np.argsort(p)) / max(len(p) - 1, 1)
 
 
 def main() -> None:
@@ -32,6 +39,8 @@ def main() -> None:
     ap.add_argument("--own", type=int, nargs="+", default=[32, 64, 96])
     ap.add_argument("--own-run", default="xgb-loop", choices=["xgb-loop", "xgb-transfer"],
                     help="whose first N records are the task's own: a cold run's or a transfer run's")
+    ap.add_argument("--compare", choices=("halflife", "features"), default="halflife",
+                    help="the arms: weights of the transfer pool, or (own records only) loop vs knob features")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     import search_spaces
@@ -47,21 +56,31 @@ def main() -> None:
     for label in args.tasks:
         task = make_task(*TASKS[label])
         tdir = work / task.key
-        pool = records_dataset(transfer_records(work, task, Path(args.model_logs)), "loop", 512, 0, cache)
+        pool = (records_dataset(transfer_records(work, task, Path(args.model_logs)), "loop", 512, 0, cache)
+                if args.compare == "halflife" else None)
         template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
         first = first_measurements(tdir)
         every = sorted(first)
-        X_all = extract(task, template, task_space(task, template), every, "loop", cache)
+        space = task_space(task, template)
+        X_all = extract(task, template, space, every, "loop", cache)
+        K_all = extract(task, template, space, every, "knob", cache) if args.compare == "features" else None
         y_all = np.array([throughput(first[i]) for i in every])
         where = {i: k for k, i in enumerate(every)}
         for n in args.own:
             scores: dict[str, list[tuple[float, float, float]]] = {}
             for seed in (0, 1, 2):
-                own = sorted({where[r.input.config.index] for r in load_records(tdir / f"{args.own_run}-s{seed}.jsonl")[:n]})
+                run = load_records(tdir / f"{args.own_run}-s{seed}.jsonl")[:n]
+                own = sorted({where[r.input.config.index] for r in run})
                 test = np.setdiff1d(np.flatnonzero(y_all > 0), own)
-                for arm, halflife in ARMS.items():
-                    rows = training_rows(X_all[own], y_all[own], pool if halflife else None, halflife or 1)
-                    p = XGBCostModel(seed=seed).fit(*rows).predict(X_all[test])
+                if args.compare == "features":
+                    fit = {k: XGBCostModel(seed=seed).fit(X[own], y_all[own], np.zeros(len(own), int)).predict(X[test])
+                           for k, X in (("loop", X_all), ("knob", K_all))}
+                    preds = dict(zip(FEATURE_ARMS, (fit["loop"], fit["knob"], _rank(fit["loop"]) + _rank(fit["knob"]))))
+                else:
+                    preds = {arm: XGBCostModel(seed=seed).fit(*training_rows(
+                        X_all[own], y_all[own], pool if halflife else None, halflife or 1)).predict(X_all[test])
+                        for arm, halflife in ARMS.items()}
+                for arm, p in preds.items():
                     yt = y_all[test]
                     top = yt >= np.quantile(yt, 0.8)
                     scores.setdefault(arm, []).append((_spearman(p, yt), _spearman(p[top], yt[top]),
