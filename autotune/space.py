@@ -159,8 +159,12 @@ class ConfigSpace:
         Two tilings that differ only in their outer factors share the innermost one (on the CPU, the register
         tile): counting it apart lets a diverse batch try other register tiles, not only other outer tilings.
         """
-        digits = self.digits(index)
-        return digits + [k.candidates[d][-1] for k, d in zip(self.knobs, digits) if k.kind == "split"]
+        return self.digits(index) + list(self.register_tile(index))
+
+    def register_tile(self, index: int) -> tuple[int, ...]:
+        """The innermost factor of each split knob: on the CPU, the register tile; configs that share it differ
+        in their outer tiling, loop order or annotations (a basin of the search)."""
+        return tuple(k.candidates[d][-1] for k, d in zip(self.knobs, self.digits(index)) if k.kind == "split")
 
     def neighbour(self, index: int, rng: np.random.Generator) -> int:
         """Change one knob to another random value (a step of simulated annealing)."""

@@ -101,8 +101,8 @@ def run_arm(args, work: Path) -> None:
 
 
 def register_tiles(records, space) -> int:
-    """Distinct tuples of innermost split factors among a run's configs (the tail of `ConfigSpace.coverage`)."""
-    return len({tuple(space.coverage(r.input.config.index)[len(space.knobs):]) for r in records})
+    """Distinct tuples of innermost split factors among a run's configs (`ConfigSpace.register_tile`)."""
+    return len({space.register_tile(r.input.config.index) for r in records})
 
 
 def report_arms(args, work: Path) -> None:

@@ -10,7 +10,15 @@ import pytest
 from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import Record
 from autotune.task import make_task
-from autotune.tuners.xgb import COLD_BATCH, COLD_STARTS, XGBTuner, anneal, diverse_top, training_rows
+from autotune.tuners.xgb import (
+    COLD_BATCH,
+    COLD_STARTS,
+    XGBTuner,
+    anneal,
+    diverse_top,
+    stale_trials,
+    training_rows,
+)
 from cost_models import train_from_records
 from tests.toy_template import (
     TOY_CONV2D,
@@ -242,6 +250,54 @@ def test_diverse_top_tries_another_register_tile_before_other_outer_tilings_of_o
     assert space.coverage(other)[-1] == 8 and space.coverage(other)[:2] == space.digits(other)
     assert diverse_top(scores, 2, space) == [same[0], other]
     assert diverse_top(scores, 2, space, knob_weight=0.0) == same[:2]
+
+
+def _tile_space():
+    from autotune.space import ConfigSpace, choice_knob, split_knob
+
+    space = ConfigSpace((split_knob("tile", 20160, 3), choice_knob("unroll", (0, 64))))
+    by_tile: dict[int, list[int]] = {}
+    for d, c in enumerate(space["tile"].candidates):
+        by_tile.setdefault(c[-1], []).append(space.index_of([d, 0]))
+    return space, by_tile
+
+
+def test_stale_trials_count_the_trials_of_a_register_tile_since_its_best():
+    space, by_tile = _tile_space()
+    a, b = by_tile[4], by_tile[8]
+    assert space.register_tile(a[0]) == (4,) and space.register_tile(b[0]) == (8,)
+    measured = {a[0]: 1.0, a[1]: 3.0, b[0]: 2.0, a[2]: 2.5, a[3]: 0.0, b[1]: 2.5, a[4]: 1.0}
+    assert stale_trials(measured, space) == {(4,): 3, (8,): 0}
+
+
+def test_a_stale_register_tile_gives_way_in_the_batch():
+    """Scores rank three configs of tile 4 above one of tile 8, then 36 more of tile 4; with tile 4 stale for
+    16 trials and a penalty of 0.05 * sqrt(16), the tile-8 config is the first pick; without, the fourth."""
+    space, by_tile = _tile_space()
+    same, other = by_tile[4][:39], by_tile[8][0]
+    ranked = same[:3] + [other] + same[3:]
+    scores = {i: float(len(ranked) - k) for k, i in enumerate(ranked)}
+    penalty = {i: 0.05 * 4 for i in same}
+    assert diverse_top(scores, 4, space, knob_weight=0.0) == ranked[:4]
+    assert diverse_top(scores, 4, space, knob_weight=0.0, penalty=penalty) == [other] + same[:3]
+
+
+def test_annealing_starts_from_the_best_config_of_each_register_tile():
+    """The three best measured configs share one register tile: only the best of them starts a chain, the
+    other measured-config chains start from the best of other tiles."""
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, sa_chains=8)
+    ranked = [i for i in MM_SPACE.sample(np.random.default_rng(3), 400)
+              if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None]
+    by_tile: dict[tuple, list[int]] = {}
+    for i in ranked:
+        by_tile.setdefault(MM_SPACE.register_tile(i), []).append(i)
+    crowded = next(v for v in by_tile.values() if len(v) >= 3)
+    others = [v[0] for v in by_tile.values() if v is not crowded][:6]
+    tuner._own = {i: float(100 - k) for k, i in enumerate(crowded[:3] + others)}
+    assert tuner.model is not None  # fitted on those measurements: it scores the other chains' starts
+    starts = tuner._starts()
+    assert starts[:4] == [crowded[0]] + others[:3]
+    assert len({MM_SPACE.register_tile(i) for i in starts[:4]}) == 4
 
 
 def test_never_proposes_configs_that_break_gpu_limits():

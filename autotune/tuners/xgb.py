@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,11 +50,25 @@ def anneal(space: ConfigSpace, score: Scorer, starts: Sequence[int], steps: int,
     return visited
 
 
+def stale_trials(measured: Mapping[int, float], space: ConfigSpace) -> dict[tuple[int, ...], int]:
+    """For each register tile (`ConfigSpace.register_tile`) of the `measured` configs (index -> throughput, in
+    the order measured): the trials spent on it since the best of them was measured."""
+    best: dict[tuple[int, ...], float] = {}
+    stale: dict[tuple[int, ...], int] = {}
+    for index, value in measured.items():
+        tile = space.register_tile(index)
+        if tile not in best or value > best[tile]:
+            best[tile], stale[tile] = value, 0
+        else:
+            stale[tile] += 1
+    return stale
+
+
 def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_weight: float = 0.1,
-                min_distance: int = 1) -> list[int]:
+                min_distance: int = 1, penalty: Mapping[int, float] | None = None) -> list[int]:
     """Diversity-aware batch: greedily the index whose score percentile among the candidates, plus
     `knob_weight` for each knob value (and each innermost split factor, `ConfigSpace.coverage`) that no
-    index picked so far has, is highest (a submodular pick).
+    index picked so far has, minus its `penalty` if any, is highest (a submodular pick).
 
     A pick within `min_distance` knob changes of an earlier one is taken only when nothing else is left.
     The coverage bonus keeps a batch from spending all its trials on the cheap knobs (unroll, loop order)
@@ -66,6 +80,8 @@ def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_w
     digits = np.array([space.digits(i) for i in ranked])
     cover = np.array([space.coverage(i) for i in ranked])
     gain_base = 1.0 - np.arange(len(ranked)) / len(ranked)  # score percentile, 1 for the best
+    if penalty:
+        gain_base -= np.array([penalty.get(i, 0.0) for i in ranked])
     covered = np.zeros_like(cover, dtype=bool)  # covered[r, c]: candidate r's value c is in the batch
     near = np.zeros(len(ranked), dtype=bool)  # within min_distance of a pick
     taken = np.zeros(len(ranked), dtype=bool)
@@ -82,12 +98,12 @@ def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_w
 
 
 def pick_batch(scored: dict[int, float], n: int, space: ConfigSpace, knob_weight: float = 0.1,
-               min_distance: int = 1) -> list[int]:
+               min_distance: int = 1, penalty: Mapping[int, float] | None = None) -> list[int]:
     """The model's picks of a batch: `diverse_top` over the best SHORTLIST share of the scored points
     (at least 4n of them), so the coverage bonus trades score only among configs the model rates well."""
     ranked = sorted(scored, key=lambda i: (-scored[i], i))
     shortlist = {i: scored[i] for i in ranked[: max(4 * n, int(SHORTLIST * len(ranked)))]}
-    return diverse_top(shortlist, n, space, knob_weight, min_distance)
+    return diverse_top(shortlist, n, space, knob_weight, min_distance, penalty)
 
 
 def training_rows(X: np.ndarray, y: np.ndarray, transfer: Dataset | None, halflife: float):
@@ -114,6 +130,12 @@ class XGBTuner:
     that mis-rank a new operator, and an unbiased first sample for the task's own model.
     knob_weight: bonus for each knob value new to a batch (diversity; 0 picks the top predictions);
     min_distance: knob changes between two configs of one batch.
+    basin_weight: a candidate's score percentile is lowered by `basin_weight * sqrt(s)`, s the trials spent on
+    its register tile since that tile's best measurement (`stale_trials`): the model cannot rank the configs
+    near the top (benchmarks/RESULTS.md), so a register tile that stopped improving gives way to untried ones
+    rather than taking a third of the trials for the rest of the run (0: off; measured, cold and with transfer,
+    matmul and conv2d: 12 of 16 runs reached 95% of the best against 10 without it, `benchmarks/RESULTS.md`
+    ab_search_*_basin_zen5).
     cold_start: how the first batch is picked while nothing guides the search (no model, no transfer):
     "random" (the default) or "roofline" (CPU targets, loop features): the best of COLD_POOL random configs by
     `cost_models.prior`'s roofline estimate, with the batch's diversity rule (measured: much faster starts on
@@ -128,9 +150,9 @@ class XGBTuner:
                  transfer: Iterable[Record] = (), cost_model: str | None = None, batch_size: int | None = None,
                  objective: str = "rank", explore: float = 0.15, transfer_explore: float = 0.5, sa_chains: int = 16,
                  sa_steps: int = 16, sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1,
-                 transfer_halflife: int = 16, transfer_max_per_task: int = 512, n_rounds: int = 200,
-                 feature_workers: int = 0, cache: FeatureCache | None = None, cold_start: str = "random",
-                 cold_random: float = 0.0):
+                 basin_weight: float = 0.05, transfer_halflife: int = 16, transfer_max_per_task: int = 512,
+                 n_rounds: int = 200, feature_workers: int = 0, cache: FeatureCache | None = None,
+                 cold_start: str = "random", cold_random: float = 0.0):
         import search_spaces
         from cost_models.features import KINDS, FeatureCache
 
@@ -145,7 +167,7 @@ class XGBTuner:
         self.features, self.objective, self.seed = features, objective, seed
         self.batch_size = batch_size
         self.explore, self.transfer_explore = explore, transfer_explore
-        self.knob_weight, self.min_distance = knob_weight, min_distance
+        self.knob_weight, self.min_distance, self.basin_weight = knob_weight, min_distance, basin_weight
         self.sa_chains, self.sa_steps, self.sa_temperature = sa_chains, sa_steps, sa_temperature
         self.transfer_halflife, self.n_rounds = transfer_halflife, n_rounds
         self.cold_start = cold_start if features == "loop" and task.target_kind == "llvm" else "random"
@@ -284,8 +306,16 @@ class XGBTuner:
         visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
         fresh = self._distinct({i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid})
         self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[:POOL_SIZE]
-        picked = pick_batch(fresh, n_model, self.space, self.knob_weight, self.min_distance)
+        picked = pick_batch(fresh, n_model, self.space, self.knob_weight, self.min_distance, self._basin_penalty(fresh))
         return picked + self._random(n - len(picked), set(picked))
+
+    def _basin_penalty(self, candidates: Iterable[int]) -> dict[int, float]:
+        """`basin_weight * sqrt(stale trials of its register tile)` for each candidate whose tile has any."""
+        if self.basin_weight <= 0:
+            return {}
+        stale = stale_trials(self._own, self.space)
+        tiles = {i: self.space.register_tile(i) for i in candidates}
+        return {i: self.basin_weight * math.sqrt(stale[t]) for i, t in tiles.items() if stale.get(t)}
 
     def _prior_pick(self, n: int) -> list[int]:
         """n configs of a random sample of COLD_POOL, picked by the roofline prior as `pick_batch` picks."""
@@ -317,10 +347,19 @@ class XGBTuner:
         return out
 
     def _starts(self) -> list[int]:
-        """The best measured configs for up to half the chains; the others start from the best-scored of
-        earlier searches' unproposed points and a fresh random sample (as many as there are chains)."""
-        best = sorted((i for i, t in self._own.items() if t > 0 and i not in self._invalid),
-                      key=lambda i: (-self._own[i], i))[: self.sa_chains // 2]
+        """The best measured config of each of the best register tiles for up to half the chains (so the chains
+        do not all start around one tile); the others start from the best-scored of earlier searches'
+        unproposed points and a fresh random sample (as many as there are chains)."""
+        ranked = sorted((i for i, t in self._own.items() if t > 0 and i not in self._invalid),
+                        key=lambda i: (-self._own[i], i))
+        best: list[int] = []
+        tiles: set[tuple[int, ...]] = set()
+        for i in ranked:
+            if len(best) == self.sa_chains // 2:
+                break
+            if (tile := self.space.register_tile(i)) not in tiles:
+                tiles.add(tile)
+                best.append(i)
         pool = [i for i in self._leftovers if i not in self._proposed and i not in self._invalid]
         pool += self.space.sample(self._rng, self.sa_chains, exclude=set(best) | set(pool) | self._proposed)
         scores = self._score(pool)
