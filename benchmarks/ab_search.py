@@ -47,12 +47,19 @@ DEFAULT_WORK = Path(ROOT, "benchmarks", "work", "ab").resolve()
 EARLY = (8, 16, 32)  # the report gives each arm's mean best after these many trials
 
 
+def shown(path) -> str:
+    """A path as the report prints it: relative to this checkout when inside it, else absolute (arms run from other
+    worktrees share one report)."""
+    path = Path(path).resolve()
+    return os.path.relpath(path, ROOT) if path.is_relative_to(ROOT) else str(path)
+
+
 def arm_label(args, commit: str) -> str:
     """How the report names an arm's tuner: its commit, and the options that differ from cold xgb's defaults."""
     if args.tuner != "xgb":
         return f"{commit}, {args.tuner} search"
     if args.transfer_from:
-        return (f"{commit}, transfer from {args.transfer_from} and {os.path.relpath(args.model_logs, ROOT)}"
+        return (f"{commit}, transfer from {shown(args.transfer_from)} and {shown(args.model_logs)}"
                 + (f", {args.transfer_explore:.0%} of the first batch random" if args.transfer_explore is not None
                    else "")
                 + (f", transfer half-life {args.transfer_halflife}" if args.transfer_halflife is not None else ""))
@@ -125,7 +132,8 @@ def report_arms(args, work: Path) -> None:
         tdir = work / task.key
         runs = {arm: [load_records(tdir / f"{arm}-s{s}.jsonl")[: args.trials] for s in args.seeds] for arm in arms}
         scores = {i: task.flops / res.mean_s / 1e9 if res.ok else 0.0 for i, res in first_measurements(tdir).items()}
-        target = args.target * max(scores.values())
+        best = max(scores.values())
+        target = args.target * best
         easy = sum(g >= target for g in scores.values()) / len(scores)
         space = search_spaces.resolve(runs[next(iter(arms))][0][0].input.template).define_space(task)
         for arm, by_seed in runs.items():
@@ -136,6 +144,8 @@ def report_arms(args, work: Path) -> None:
                         f"{len(reach)}/{len(curves)} | {median} | "
                         f"{' / '.join(f'{np.mean([c[n - 1] for c in curves]):.0f}' for n in early)} | "
                         f"{np.mean([c[-1] for c in curves]):.1f} | "
+                        f"{np.mean([c[args.trials // 2 - 1] for c in curves]) / best:.3f} / "
+                        f"{np.mean([c[-1] for c in curves]) / best:.3f} | "
                         f"{np.mean([register_tiles(rs, space) for rs in by_seed]):.1f} |")
     title = "A/B of tuner versions, with transfer (`benchmarks/ab_search.py --transfer-from`)" if args.transfer_from \
         else "A/B of tuner versions (`benchmarks/ab_search.py`)"
@@ -143,8 +153,8 @@ def report_arms(args, work: Path) -> None:
             f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python "
             f"benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds {' '.join(map(str, args.seeds))} "
             f"--tasks {' '.join(repr(t) for t in args.tasks)}"
-            + (f" --work {os.path.relpath(args.work, ROOT)}" if Path(args.work).resolve() != DEFAULT_WORK else "")
-            + (f" --transfer-from {args.transfer_from} --model-logs {os.path.relpath(args.model_logs, ROOT)}"
+            + (f" --work {shown(args.work)}" if Path(args.work).resolve() != DEFAULT_WORK else "")
+            + (f" --transfer-from {shown(args.transfer_from)} --model-logs {shown(args.model_logs)}"
                if args.transfer_from else "")
             + "` from each arm's checkout, then `--report`"
             + (f" --arms {' '.join(arms)}" if args.arms else "")
@@ -156,8 +166,9 @@ def report_arms(args, work: Path) -> None:
             "", f"| task | {args.target:.0%} of best any, GFLOPS (share of measured configs reaching it) | "
             "arm (commit) | "
             f"seeds reaching it | median trials to reach | mean best after {' / '.join(map(str, early))} trials | "
-            "mean final best | distinct innermost-factor tuples per run |",
-            "|---|---|---|---|---|---|---|---|", *rows]
+            f"mean final best | mean best after {args.trials // 2} / {args.trials} trials, share of best any | "
+            "distinct innermost-factor tuples per run |",
+            "|---|---|---|---|---|---|---|---|---|", *rows]
     report(args.section or ("ab_search_transfer" if args.transfer_from else "ab_search"), "\n".join(body))
 
 
