@@ -99,7 +99,7 @@ def per_trial(records, trials: int, scores: dict[int, float]) -> list[float]:
     return [scores[r.input.config.index] for r in records[:trials]]
 
 
-def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> dict[int, float]:
+def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner, fresh: bool = False) -> dict[int, float]:
     """GFLOPS of every config the runs measured: for contenders (and configs that were contenders of an earlier
     invocation), the median of RETIMES more timings; else the first measurement.
 
@@ -107,7 +107,9 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
     among the RETIME_MAX best first measurements. One
     timing varies by about 5% and the best of a thousand is mostly luck (here 5-10% above its own re-timings), so
     without this the 95% target rewards lucky draws. The re-timings are made in rounds, each over all contenders in
-    a shuffled order, and kept in `retimed/retimed.jsonl` (a resumed benchmark times only new contenders).
+    a shuffled order, and kept in `retimed/retimed.jsonl` (a resumed benchmark times only new contenders;
+    `fresh`: the re-timings of earlier invocations are set aside, renamed, and every contender is timed again,
+    so that all are timed side by side: the machine's speed drifts by up to 20% within an hour).
     """
     import numpy as np
 
@@ -122,6 +124,8 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner) -> d
     cut = RETIME_SHARE * max(gflops.values())
     log = retimed_log(tdir)
     log.parent.mkdir(exist_ok=True)
+    if fresh and log.exists():
+        log.rename(log.with_name(f"retimed-before-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
     timings = {i: [gflops_of(res) for res in results] for i, results in retimings(tdir).items()}
     contenders = set(sorted((i for i in gflops if gflops[i] >= cut), key=lambda i: -gflops[i])[:RETIME_MAX])
     todo = [i for i in sorted(contenders) if len(timings.get(i, [])) < RETIMES]
@@ -201,7 +205,8 @@ def run_curves(args, work: Path):
                           f"GFLOPS, first measurements ({time.time() - t0:.0f} s)", flush=True)
         for label, task in tasks.items():
             all_runs = [records for by_seed in runs[label].values() for records in by_seed]
-            scores = retime_contenders(task, all_runs, known[label], work / task.key, builder, runner)
+            scores = retime_contenders(task, all_runs, known[label], work / task.key, builder, runner,
+                                       args.retime_fresh)
             for method, by_seed in runs[label].items():
                 for records in by_seed:
                     values = per_trial(records, budget(args, method), scores)
@@ -585,6 +590,9 @@ def main() -> None:
                          "e.g. a longer run of some tasks beside the main tables)")
     ap.add_argument("--extra-logs", type=Path, nargs="*", default=[],
                     help="more logs of other tasks for the leave-one-task-out model only (e.g. other shapes)")
+    ap.add_argument("--retime-fresh", action="store_true",
+                    help="time every contender again, side by side, rather than keep earlier invocations' "
+                         "re-timings (the machine's speed drifts between invocations)")
     args = ap.parse_args()
     if args.quality_only and not args.quality_trials:
         ap.error("--quality-only needs --quality-trials")
@@ -622,6 +630,7 @@ def search_section(args, work: Path) -> str:
         + (f" --model-logs {args.model_logs}" if args.model_logs != MODEL_LOGS else "")
         + (f" --section {args.section}" if own_section else "")
         + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
+        + (" --retime-fresh" if args.retime_fresh else "")
         + f"`; CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads; "
         f"wall time of the runs {time.time() - t0:.0f} s "
         "(runs found complete in their logs are not measured again). Each config is "
@@ -630,8 +639,10 @@ def search_section(args, work: Path) -> str:
         f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found, at most the "
         f"{RETIME_MAX} best), which are "
         f"timed {RETIMES} more times after all runs (rounds over all contenders in a shuffled order) and scored "
-        "by the median of those timings (so is any config re-timed as a contender by an earlier invocation): "
-        "one timing varies by about 5%, and the best of a thousand first "
+        + ("by the median of those timings (all timed again in this invocation, side by side): "
+           if args.retime_fresh else
+           "by the median of those timings (so is any config re-timed as a contender by an earlier invocation): ")
+        + "one timing varies by about 5%, and the best of a thousand first "
         "measurements was mostly luck (5-10% above its own re-timings). "
         f"Tuning curves (mean over seeds, band = min..max): `benchmarks/{png}`. "
         "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the logs of other tasks in "

@@ -134,8 +134,8 @@ class XGBTuner:
     its register tile since that tile's best measurement (`stale_trials`): the model cannot rank the configs
     near the top (benchmarks/RESULTS.md), so a register tile that stopped improving gives way to untried ones
     rather than taking a third of the trials for the rest of the run (0: off; measured, cold and with transfer,
-    matmul and conv2d: 12 of 16 runs reached 95% of the best against 10 without it, `benchmarks/RESULTS.md`
-    ab_search_*_basin_zen5).
+    on the four search tasks: 20 of 24 runs reached 95% of the best against 17 without it, `benchmarks/RESULTS.md`
+    ab_search_*_basin*_zen5).
     cold_start: how the first batch is picked while nothing guides the search (no model, no transfer):
     "random" (the default) or "roofline" (CPU targets, loop features): the best of COLD_POOL random configs by
     `cost_models.prior`'s roofline estimate, with the batch's diversity rule (measured: much faster starts on
