@@ -140,12 +140,12 @@ def report_arms(args, work: Path) -> None:
             curves = [curve(per_trial(rs, args.trials, scores), args.trials) for rs in by_seed]
             reach = [t for t in (trials_to_reach(c, target) for c in curves) if t is not None]
             median = f"{int(np.median(reach))}" if reach else f"> {args.trials}"
+            final = np.mean([c[-1] for c in curves])
             rows.append(f"| {label} | {target:.0f} ({easy:.0%} of {len(scores)}) | {arm} ({arms[arm]}) | "
                         f"{len(reach)}/{len(curves)} | {median} | "
                         f"{' / '.join(f'{np.mean([c[n - 1] for c in curves]):.0f}' for n in early)} | "
-                        f"{np.mean([c[-1] for c in curves]):.1f} | "
-                        f"{np.mean([c[args.trials // 2 - 1] for c in curves]) / best:.3f} / "
-                        f"{np.mean([c[-1] for c in curves]) / best:.3f} | "
+                        f"{final:.1f} | "
+                        f"{np.mean([c[args.trials // 2 - 1] for c in curves]) / best:.3f} / {final / best:.3f} | "
                         f"{np.mean([register_tiles(rs, space) for rs in by_seed]):.1f} |")
     title = "A/B of tuner versions, with transfer (`benchmarks/ab_search.py --transfer-from`)" if args.transfer_from \
         else "A/B of tuner versions (`benchmarks/ab_search.py`)"
