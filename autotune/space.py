@@ -166,6 +166,27 @@ class ConfigSpace:
         in their outer tiling, loop order or annotations (a basin of the search)."""
         return tuple(k.candidates[d][-1] for k, d in zip(self.knobs, self.digits(index)) if k.kind == "split")
 
+    def inner_moves(self, index: int) -> list[int]:
+        """The configs that differ from `index` in one split knob's innermost factor only: for each other
+        innermost factor that knob offers, the candidate whose outer factors are closest to this one's (the
+        outermost kept where the knob allows it). On the CPU: the same schedule with a register tile one axis
+        wider or narrower, the moves that take a search from one register tile to the next."""
+        digits = self.digits(index)
+        moves = []
+        for k, (knob, d) in enumerate(zip(self.knobs, digits)):
+            if knob.kind != "split":
+                continue
+            here = knob.candidates[d]
+            closest: dict[int, tuple] = {}
+            for j, cand in enumerate(knob.candidates):
+                if cand[-1] == here[-1]:
+                    continue
+                key = (cand[0] != here[0], sum(abs(math.log2(a / b)) for a, b in zip(cand[:-1], here[:-1])), j)
+                if cand[-1] not in closest or key < closest[cand[-1]]:
+                    closest[cand[-1]] = key
+            moves += [self.index_of(digits[:k] + [key[-1]] + digits[k + 1:]) for key in sorted(closest.values())]
+        return moves
+
     def neighbour(self, index: int, rng: np.random.Generator) -> int:
         """Change one knob to another random value (a step of simulated annealing)."""
         digits = self.digits(index)

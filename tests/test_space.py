@@ -47,3 +47,21 @@ def test_sample_and_neighbour():
 def test_knob_features_fixed_length():
     s = _space()
     assert len({len(s.knob_features(i)) for i in range(0, len(s), 37)}) == 1
+
+
+def test_inner_moves_change_one_innermost_factor_and_keep_the_rest():
+    s = ConfigSpace((split_knob("i", 64, 3), split_knob("k", 16, 2), choice_knob("u", [0, 16])))
+    here = s.index_of_values({"i": (4, 8, 2), "k": (4, 4), "u": 16})
+    moves = s.inner_moves(here)
+    by_knob = {"i": [], "k": []}
+    for m in moves:
+        changed = [k.name for k, a, b in zip(s.knobs, s.digits(here), s.digits(m)) if a != b]
+        assert len(changed) == 1 and changed[0] in by_knob  # one split knob, never the choice knob
+        by_knob[changed[0]].append(s.get(m)[changed[0]])
+    # every other innermost factor once, the outermost factor kept while it can be, the middle one making
+    # up the extent
+    assert by_knob["i"] == [(4, 16, 1), (4, 4, 4), (4, 2, 8), (4, 1, 16), (2, 1, 32), (1, 1, 64)]
+    assert sorted(c[-1] for c in by_knob["k"]) == [1, 2, 8, 16]
+    # where the outermost cannot stay (all 64 left for the middle and inner), the nearest factors
+    top = s.index_of_values({"i": (1, 1, 64), "k": (1, 16), "u": 0})
+    assert (1, 2, 32) in [s.get(m)["i"] for m in s.inner_moves(top)]

@@ -371,3 +371,15 @@ def test_training_rows_weigh_own_records_by_the_transfer_halflife():
     assert list(weights[:3]) == [2.0] * 3 and (weights[3:] == 1.0).all()  # 32 transfer rows / half-life 16
     _, _, _, alone = training_rows(own_X, own_y, None, halflife=16)
     assert list(alone) == [1.0] * 3
+
+
+def test_batches_try_the_incumbent_with_other_register_tiles():
+    """A model-guided batch starts with `incumbent_moves` of the best measured config's inner moves, none
+    measured before, at least `min_distance` knobs apart."""
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=1, features="knob", explore=0.0, incumbent_moves=2,
+                     min_distance=2)
+    seen = _tune(tuner, MM, MM_SPACE, 24, batch=8)
+    best = max((i for i in seen if i in tuner._own), key=lambda i: tuner._own[i])
+    batch = tuner.next_batch(8)
+    assert set(batch[:2]) <= set(MM_SPACE.inner_moves(best)) - set(seen)
+    assert sum(a != b for a, b in zip(MM_SPACE.digits(batch[0]), MM_SPACE.digits(batch[1]))) >= 2

@@ -65,12 +65,14 @@ def stale_trials(measured: Mapping[int, float], space: ConfigSpace) -> dict[tupl
 
 
 def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_weight: float = 0.1,
-                min_distance: int = 1, penalty: Mapping[int, float] | None = None) -> list[int]:
+                min_distance: int = 1, penalty: Mapping[int, float] | None = None,
+                chosen: Sequence[int] = ()) -> list[int]:
     """Diversity-aware batch: greedily the index whose score percentile among the candidates, plus
     `knob_weight` for each knob value (and each innermost split factor, `ConfigSpace.coverage`) that no
     index picked so far has, minus its `penalty` if any, is highest (a submodular pick).
 
-    A pick within `min_distance` knob changes of an earlier one is taken only when nothing else is left.
+    A pick within `min_distance` knob changes of an earlier one (or of one already `chosen` for the batch) is
+    taken only when nothing else is left.
     The coverage bonus keeps a batch from spending all its trials on the cheap knobs (unroll, loop order)
     or the outer tiles of one register tile the model likes: it also tries the next best register tiles.
     """
@@ -85,6 +87,9 @@ def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_w
     covered = np.zeros_like(cover, dtype=bool)  # covered[r, c]: candidate r's value c is in the batch
     near = np.zeros(len(ranked), dtype=bool)  # within min_distance of a pick
     taken = np.zeros(len(ranked), dtype=bool)
+    for c in chosen:
+        covered |= cover == np.array(space.coverage(c))
+        near |= (digits != np.array(space.digits(c))).sum(axis=1) < min_distance
     picked: list[int] = []
     for _ in range(min(n, len(ranked))):
         gain = gain_base + knob_weight * (~covered).sum(axis=1) - 2.0 * near  # near-duplicates: only as a last resort
@@ -97,13 +102,19 @@ def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_w
     return picked
 
 
+def _distance(space: ConfigSpace, a: int, b: int) -> int:
+    """Knobs in which two configs differ."""
+    return sum(x != y for x, y in zip(space.digits(a), space.digits(b)))
+
+
 def pick_batch(scored: dict[int, float], n: int, space: ConfigSpace, knob_weight: float = 0.1,
-               min_distance: int = 1, penalty: Mapping[int, float] | None = None) -> list[int]:
+               min_distance: int = 1, penalty: Mapping[int, float] | None = None,
+               chosen: Sequence[int] = ()) -> list[int]:
     """The model's picks of a batch: `diverse_top` over the best SHORTLIST share of the scored points
     (at least 4n of them), so the coverage bonus trades score only among configs the model rates well."""
     ranked = sorted(scored, key=lambda i: (-scored[i], i))
     shortlist = {i: scored[i] for i in ranked[: max(4 * n, int(SHORTLIST * len(ranked)))]}
-    return diverse_top(shortlist, n, space, knob_weight, min_distance, penalty)
+    return diverse_top(shortlist, n, space, knob_weight, min_distance, penalty, chosen)
 
 
 def training_rows(X: np.ndarray, y: np.ndarray, transfer: Dataset | None, halflife: float):
@@ -139,8 +150,14 @@ class XGBTuner:
     cold_start: how the first batch is picked while nothing guides the search (no model, no transfer):
     "random" (the default) or "roofline" (CPU targets, loop features): the best of COLD_POOL random configs by
     `cost_models.prior`'s roofline estimate, with the batch's diversity rule (measured: much faster starts on
-    conv2d, slower runs on matmul and dense, `benchmarks/RESULTS.md` ab_search_coldstart). cold_random:
+    conv2d, slower runs on matmul and dense on Zen 4, `benchmarks/RESULTS.md` ab_search_coldstart; on Zen 5
+    faster starts on dense and matmul, matmul still ending lower, ab_search_*coldstart_zen5). cold_random:
     the share of a roofline first batch drawn at random instead (a hedge where the estimate mis-ranks).
+    incumbent_moves: slots of each model-guided batch for the best config measured so far with one split knob's
+    innermost factor changed (`ConfigSpace.inner_moves`, the model's best-rated unmeasured ones): a register
+    tile the model rates low because its few measurements had bad outer tilings is tried in the incumbent's
+    schedule (0: off; measured, cold, 4 seeds x 128 trials: matmul's final best 0.978 of the best any run found
+    against 0.952, conv2d 64x56x56 0.959 against 0.942, dense level, `benchmarks/RESULTS.md` ab_search_moves_zen5).
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
     feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
     about 1.5x faster on 2 idle cores; worth more on many cores).
@@ -152,7 +169,7 @@ class XGBTuner:
                  sa_steps: int = 16, sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1,
                  basin_weight: float = 0.05, transfer_halflife: int = 16, transfer_max_per_task: int = 512,
                  n_rounds: int = 200, feature_workers: int = 0, cache: FeatureCache | None = None,
-                 cold_start: str = "random", cold_random: float = 0.0):
+                 cold_start: str = "random", cold_random: float = 0.0, incumbent_moves: int = 2):
         import search_spaces
         from cost_models.features import KINDS, FeatureCache
 
@@ -172,6 +189,7 @@ class XGBTuner:
         self.transfer_halflife, self.n_rounds = transfer_halflife, n_rounds
         self.cold_start = cold_start if features == "loop" and task.target_kind == "llvm" else "random"
         self.cold_random = cold_random
+        self.incumbent_moves = incumbent_moves
         self.cache = cache if cache is not None else FeatureCache()
         self._rng = np.random.default_rng(seed)
         self._feature_pool = None
@@ -306,8 +324,32 @@ class XGBTuner:
         visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
         fresh = self._distinct({i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid})
         self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[:POOL_SIZE]
-        picked = pick_batch(fresh, n_model, self.space, self.knob_weight, self.min_distance, self._basin_penalty(fresh))
+        moves = self._incumbent_moves(min(n_model, self.incumbent_moves))
+        rest = {i: s for i, s in fresh.items() if i not in moves}
+        if moves and self.features == "loop":  # nor a twin of a move (same TIR)
+            rows = {row.tobytes() for row in self._features(moves)}
+            rest = {i: s for (i, s), row in zip(rest.items(), self._features(list(rest))) if row.tobytes() not in rows}
+        picked = moves + pick_batch(rest, n_model - len(moves), self.space, self.knob_weight, self.min_distance,
+                                    self._basin_penalty(rest), chosen=moves)
         return picked + self._random(n - len(picked), set(picked))
+
+    def _incumbent_moves(self, n: int) -> list[int]:
+        """The n unmeasured `ConfigSpace.inner_moves` of the best config measured so far that the model rates
+        best: the incumbent with a register tile one axis wider or narrower, the rest of its schedule kept."""
+        best = max((i for i, t in self._own.items() if t > 0 and i not in self._invalid),
+                   key=lambda i: (self._own[i], -i), default=None)
+        if best is None or n <= 0:
+            return []
+        moves = [i for i in dict.fromkeys(self.space.inner_moves(best))
+                 if i not in self._proposed and i not in self._invalid]
+        if not moves:
+            return []
+        scored = self._distinct({i: s for i, s in zip(moves, self._score(moves).tolist()) if np.isfinite(s)})
+        picked: list[int] = []
+        for i in sorted(scored, key=lambda i: (-scored[i], i)):  # as far apart as the batch's other picks
+            if len(picked) < n and all(_distance(self.space, i, j) >= self.min_distance for j in picked):
+                picked.append(i)
+        return picked
 
     def _basin_penalty(self, candidates: Iterable[int]) -> dict[int, float]:
         """`basin_weight * sqrt(stale trials of its register tile)` for each candidate whose tile has any."""
