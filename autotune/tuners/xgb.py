@@ -102,11 +102,6 @@ def diverse_top(candidates: dict[int, float], n: int, space: ConfigSpace, knob_w
     return picked
 
 
-def _distance(space: ConfigSpace, a: int, b: int) -> int:
-    """Knobs in which two configs differ."""
-    return sum(x != y for x, y in zip(space.digits(a), space.digits(b)))
-
-
 def pick_batch(scored: dict[int, float], n: int, space: ConfigSpace, knob_weight: float = 0.1,
                min_distance: int = 1, penalty: Mapping[int, float] | None = None,
                chosen: Sequence[int] = ()) -> list[int]:
@@ -322,15 +317,12 @@ class XGBTuner:
         n_model = n - n_random
         starts = self._starts()
         visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
-        fresh = self._distinct({i: s for i, s in visited.items() if i not in self._proposed and i not in self._invalid})
-        self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[:POOL_SIZE]
         moves = self._incumbent_moves(min(n_model, self.incumbent_moves))
-        rest = {i: s for i, s in fresh.items() if i not in moves}
-        if moves and self.features == "loop":  # nor a twin of a move (same TIR)
-            rows = {row.tobytes() for row in self._features(moves)}
-            rest = {i: s for (i, s), row in zip(rest.items(), self._features(list(rest))) if row.tobytes() not in rows}
-        picked = moves + pick_batch(rest, n_model - len(moves), self.space, self.knob_weight, self.min_distance,
-                                    self._basin_penalty(rest), chosen=moves)
+        fresh = self._distinct({i: s for i, s in visited.items()
+                                if i not in self._proposed and i not in self._invalid and i not in moves}, moves)
+        self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[:POOL_SIZE]
+        picked = moves + pick_batch(fresh, n_model - len(moves), self.space, self.knob_weight, self.min_distance,
+                                    self._basin_penalty(fresh), chosen=moves)
         return picked + self._random(n - len(picked), set(picked))
 
     def _incumbent_moves(self, n: int) -> list[int]:
@@ -340,16 +332,11 @@ class XGBTuner:
                    key=lambda i: (self._own[i], -i), default=None)
         if best is None or n <= 0:
             return []
-        moves = [i for i in dict.fromkeys(self.space.inner_moves(best))
-                 if i not in self._proposed and i not in self._invalid]
+        moves = [i for i in self.space.inner_moves(best) if i not in self._proposed and i not in self._invalid]
         if not moves:
             return []
-        scored = self._distinct({i: s for i, s in zip(moves, self._score(moves).tolist()) if np.isfinite(s)})
-        picked: list[int] = []
-        for i in sorted(scored, key=lambda i: (-scored[i], i)):  # as far apart as the batch's other picks
-            if len(picked) < n and all(_distance(self.space, i, j) >= self.min_distance for j in picked):
-                picked.append(i)
-        return picked
+        scored = self._distinct(dict(zip(moves, self._score(moves).tolist())))
+        return diverse_top(scored, n, self.space, knob_weight=0.0, min_distance=self.min_distance)
 
     def _basin_penalty(self, candidates: Iterable[int]) -> dict[int, float]:
         """`basin_weight * sqrt(stale trials of its register tile)` for each candidate whose tile has any."""
@@ -371,8 +358,9 @@ class XGBTuner:
         picked = pick_batch(scored, n - round(self.cold_random * n), self.space, self.knob_weight, self.min_distance)
         return picked + self._random(n - len(picked), set(picked))
 
-    def _distinct(self, scored: dict[int, float]) -> dict[int, float]:
-        """With loop features, one config per distinct row, none with the row of a proposed config.
+    def _distinct(self, scored: dict[int, float], taken: Sequence[int] = ()) -> dict[int, float]:
+        """With loop features, one config per distinct row, none with the row of a proposed config (or of one
+        `taken` for the batch being planned).
 
         Knob values that leave the scheduled TIR unchanged (e.g. an unroll limit above every loop's extent)
         give the same row: measuring the twin of a measured config teaches nothing and costs a trial.
@@ -380,7 +368,8 @@ class XGBTuner:
         if self.features != "loop" or not scored:
             return scored
         order = sorted(scored, key=lambda i: (-scored[i], i))
-        seen, out = set(self._proposed_rows), {}
+        seen = self._proposed_rows | {row.tobytes() for row in self._features(list(taken))}
+        out = {}
         for i, row in zip(order, self._features(order)):
             key = row.tobytes()
             if key not in seen:
