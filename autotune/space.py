@@ -101,7 +101,16 @@ class Config:
 
 @dataclass(frozen=True)
 class ConfigSpace:
+    """The knobs of a template. `register`: the split knobs whose innermost factors make the register tile (the
+    loops a template unrolls and vectorises); empty: every split knob's."""
+
     knobs: tuple[Knob, ...]
+    register: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        splits = {k.name for k in self.knobs if k.kind == "split"}
+        if unknown := [n for n in self.register if n not in splits]:
+            raise ValueError(f"register tile knobs {unknown} are not split knobs of this space")
 
     @property
     def dims(self) -> list[int]:
@@ -159,12 +168,15 @@ class ConfigSpace:
         Two tilings that differ only in their outer factors share the innermost one (on the CPU, the register
         tile): counting it apart lets a diverse batch try other register tiles, not only other outer tilings.
         """
-        return self.digits(index) + list(self.register_tile(index))
+        return self.digits(index) + list(self._innermost(index, lambda k: k.kind == "split"))
 
     def register_tile(self, index: int) -> tuple[int, ...]:
-        """The innermost factor of each split knob: on the CPU, the register tile; configs that share it differ
-        in their outer tiling, loop order or annotations (a basin of the search)."""
-        return tuple(k.candidates[d][-1] for k, d in zip(self.knobs, self.digits(index)) if k.kind == "split")
+        """The innermost factors of the `register` split knobs: on the CPU, the register tile; configs that share
+        it differ in their outer and cache tiling, loop order or annotations (a basin of the search)."""
+        return self._innermost(index, lambda k: k.kind == "split" and (not self.register or k.name in self.register))
+
+    def _innermost(self, index: int, which) -> tuple[int, ...]:
+        return tuple(k.candidates[d][-1] for k, d in zip(self.knobs, self.digits(index)) if which(k))
 
     def inner_moves(self, index: int) -> list[int]:
         """The configs that differ from `index` in one split knob's innermost factor only: for each other

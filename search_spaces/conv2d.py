@@ -44,7 +44,7 @@ def define_space(task: Task) -> ConfigSpace:
         choice_knob("reduction_order", REDUCTION_ORDERS),
         choice_knob("pad", ("root", "inline") if p["padding"] > 0 else ("none",)),
         unroll_knob(),
-    ))
+    ), register=("tile_x", "tile_k"))
 
 
 def apply(task: Task, cfg: Config):

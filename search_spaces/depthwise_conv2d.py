@@ -39,7 +39,7 @@ def define_space(task: Task) -> ConfigSpace:
         tile_knob("tile_x", ow, 2, inner_max=32),
         choice_knob("input_at", ("tile", "root", "inline")),
         unroll_knob(),
-    ))
+    ), register=("tile_x", "tile_c"))
 
 
 def apply(task: Task, cfg: Config):

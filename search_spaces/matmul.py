@@ -63,7 +63,7 @@ def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
         choice_knob("mid_order", ("ij", "ji")),
         choice_knob("pack_b", gemm.pack_choices),
         unroll_knob(),
-    ))
+    ), register=("tile_i", "tile_j"))
 
 
 def apply_gemm(gemm: Gemm, task: Task, cfg: Config):

@@ -65,3 +65,14 @@ def test_inner_moves_change_one_innermost_factor_and_keep_the_rest():
     # where the outermost cannot stay (all 64 left for the middle and inner), the nearest factors
     top = s.index_of_values({"i": (1, 1, 64), "k": (1, 16), "u": 0})
     assert (1, 2, 32) in [s.get(m)["i"] for m in s.inner_moves(top)]
+
+
+def test_register_tile_is_the_innermost_factors_of_the_register_knobs():
+    knobs = (split_knob("x", 56, 3), split_knob("y", 56, 2), split_knob("k", 64, 3))
+    i = ConfigSpace(knobs).index_of_values({"x": (2, 4, 7), "y": (4, 14), "k": (1, 2, 32)})
+    assert ConfigSpace(knobs).register_tile(i) == (7, 14, 32)  # no `register`: every split knob
+    s = ConfigSpace(knobs, register=("x", "k"))
+    assert s.register_tile(i) == (7, 32)
+    assert s.coverage(i)[-3:] == [7, 14, 32]  # a batch still covers every innermost factor
+    with pytest.raises(ValueError, match="not split knobs"):
+        ConfigSpace((*knobs, choice_knob("u", [0, 16])), register=("x", "u"))
