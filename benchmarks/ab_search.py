@@ -108,7 +108,8 @@ def run_arm(args, work: Path) -> None:
 
 
 def register_tiles(records, space) -> int:
-    """Distinct tuples of innermost split factors among a run's configs (`ConfigSpace.register_tile`)."""
+    """Distinct register tiles among a run's configs (`ConfigSpace.register_tile`: the innermost factors of the
+    template's `register` split knobs; before session 25, of every split knob)."""
     return len({space.register_tile(r.input.config.index) for r in records})
 
 
@@ -167,7 +168,7 @@ def report_arms(args, work: Path) -> None:
             "arm (commit) | "
             f"seeds reaching it | median trials to reach | mean best after {' / '.join(map(str, early))} trials | "
             f"mean final best | mean best after {args.trials // 2} / {args.trials} trials, share of best any | "
-            "distinct innermost-factor tuples per run |",
+            "distinct register tiles per run |",
             "|---|---|---|---|---|---|---|---|---|", *rows]
     report(args.section or ("ab_search_transfer" if args.transfer_from else "ab_search"), "\n".join(body))
 
