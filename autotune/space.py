@@ -168,15 +168,17 @@ class ConfigSpace:
         Two tilings that differ only in their outer factors share the innermost one (on the CPU, the register
         tile): counting it apart lets a diverse batch try other register tiles, not only other outer tilings.
         """
-        return self.digits(index) + list(self._innermost(index, lambda k: k.kind == "split"))
+        return self.digits(index) + list(self._innermost(index))
 
     def register_tile(self, index: int) -> tuple[int, ...]:
         """The innermost factors of the `register` split knobs: on the CPU, the register tile; configs that share
         it differ in their outer and cache tiling, loop order or annotations (a basin of the search)."""
-        return self._innermost(index, lambda k: k.kind == "split" and (not self.register or k.name in self.register))
+        return self._innermost(index, self.register)
 
-    def _innermost(self, index: int, which) -> tuple[int, ...]:
-        return tuple(k.candidates[d][-1] for k, d in zip(self.knobs, self.digits(index)) if which(k))
+    def _innermost(self, index: int, names: tuple[str, ...] = ()) -> tuple[int, ...]:
+        """The innermost factor of each split knob named in `names` (empty: of every split knob)."""
+        return tuple(k.candidates[d][-1] for k, d in zip(self.knobs, self.digits(index))
+                     if k.kind == "split" and (not names or k.name in names))
 
     def inner_moves(self, index: int) -> list[int]:
         """The configs that differ from `index` in one split knob's innermost factor only: for each other
