@@ -98,7 +98,7 @@ def cache_sizes(cpu_dir: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> d
     return out
 
 
-def _cpuinfo(path: str | Path) -> tuple[set[str], float]:
+def read_cpuinfo(path: str | Path) -> tuple[set[str], float]:
     """(flags, GHz) of the first processor in /proc/cpuinfo."""
     flags: set[str] = set()
     ghz = 0.0
@@ -123,7 +123,7 @@ def cpu_model(target: dict[str, Any] | None = None, cpuinfo: str | Path = "/proc
     """The model of this machine's CPU; cores come from the target's `num-cores` when given."""
     from .target import host_cores
 
-    flags, ghz = _cpuinfo(cpuinfo)
+    flags, ghz = read_cpuinfo(cpuinfo)
     if "avx512f" in flags:
         lanes, regs = 16, 32
     elif "avx2" in flags or "avx" in flags:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -20,11 +21,45 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
-def host_llvm_target(num_cores: int | None = None) -> dict[str, Any]:
-    """The llvm target of this machine: its CPU name and core count."""
+# LLVM feature -> /proc/cpuinfo flag of the x86 instruction-set extensions compiled kernels may use
+X86_FEATURE_FLAGS = {
+    "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2",
+    "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
+    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi", "avx512vbmi2": "avx512_vbmi2",
+    "avx512vnni": "avx512_vnni", "avx512bitalg": "avx512_bitalg", "avx512vpopcntdq": "avx512_vpopcntdq",
+    "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16", "avxvnni": "avx_vnni",
+    "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
+}
+
+
+def unsupported_features(cpu_features: set[str], host_flags: set[str]) -> list[str]:
+    """The extensions an LLVM CPU model has (`cpu_features`) that this machine's CPU flags lack: a hypervisor
+    may hide some (e.g. AVX-512 on a Zen 4 that LLVM names znver4), and code using them dies of SIGILL."""
+    return sorted(f for f, flag in X86_FEATURE_FLAGS.items() if f in cpu_features and flag not in host_flags)
+
+
+@functools.lru_cache(maxsize=None)
+def _host_cpu() -> tuple[str, tuple[str, ...]]:
+    """(LLVM's name of this machine's CPU, the `mattr` that switches off what the CPU model has and it lacks)."""
+    import tvm
     from tvm.target import codegen
 
-    return {"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu()), "num-cores": int(num_cores or host_cores())}
+    from .hardware import read_cpuinfo
+
+    cpu = str(codegen.llvm_get_system_cpu())
+    flags = read_cpuinfo("/proc/cpuinfo")[0]
+    if not flags or not str(codegen.llvm_get_system_triple()).startswith(("x86_64", "i386", "i686")):
+        return cpu, ()
+    model = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu}))}
+    return cpu, tuple(f"-{f}" for f in unsupported_features(model, flags))
+
+
+def host_llvm_target(num_cores: int | None = None) -> dict[str, Any]:
+    """The llvm target of this machine: its CPU name (plus `mattr` switching off the extensions its CPU model
+    has and this machine does not offer) and core count."""
+    cpu, mattr = _host_cpu()
+    target = {"kind": "llvm", "mcpu": cpu, "num-cores": int(num_cores or host_cores())}
+    return {**target, "mattr": list(mattr)} if mattr else target
 
 
 def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[str, Any]:
@@ -45,7 +80,10 @@ def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[st
     target = dict(spec)
     if target["kind"] == "llvm":
         host = host_llvm_target()
-        target.setdefault("mcpu", host["mcpu"])
+        if "mcpu" not in target:  # the host's CPU, with what this machine lacks of it switched off
+            target["mcpu"] = host["mcpu"]
+            if "mattr" in host and "mattr" not in target:
+                target["mattr"] = host["mattr"]
         target.setdefault("num-cores", host["num-cores"])
     else:
         if arch:

@@ -7,7 +7,8 @@ import pytest
 
 from autotune.errors import AutotuneError
 from autotune.ops import OPS, check_output, random_inputs
-from autotune.target import parse_target
+from autotune.hardware import read_cpuinfo
+from autotune.target import X86_FEATURE_FLAGS, host_llvm_target, parse_target, unsupported_features
 from autotune.task import Task, make_task, parse_shape
 
 
@@ -29,6 +30,22 @@ def test_key_changes_with_shape_and_target():
 def test_host_target_has_cpu_and_cores():
     t = make_task("matmul", "M=8,N=8,K=8").target
     assert t["kind"] == "llvm" and t["mcpu"] and t["num-cores"] >= 1
+
+
+def test_host_target_switches_off_extensions_the_machine_hides():
+    # a Zen 4 whose hypervisor hides AVX-512: LLVM calls it znver4, whose code dies of SIGILL there
+    model = {"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vnni", "sse4.2"}
+    flags = {"avx", "avx2", "fma", "sse4_2"}
+    assert unsupported_features(model, flags) == ["avx512bw", "avx512f", "avx512vnni"]
+    assert unsupported_features(model, flags | {"avx512f", "avx512bw", "avx512_vnni"}) == []
+    host = host_llvm_target(2)
+    flags = read_cpuinfo("/proc/cpuinfo")[0]
+    off = {f.lstrip("-") for f in host.get("mattr", [])}
+    assert all(X86_FEATURE_FLAGS[f] not in flags for f in off)  # only what this machine lacks is switched off
+    if flags and "avx512f" not in flags and host["mcpu"] in ("znver4", "znver5", "skylake-avx512", "icelake-server"):
+        assert "avx512f" in off
+    assert parse_target("llvm").get("mattr") == host.get("mattr")
+    assert "mattr" not in parse_target({"kind": "llvm", "mcpu": "haswell"})  # a CPU the user names is theirs
 
 
 @pytest.mark.parametrize("op,shape,needle", [
