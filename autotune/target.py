@@ -62,6 +62,13 @@ def host_llvm_target(num_cores: int | None = None) -> dict[str, Any]:
     return {**target, "mattr": list(mattr)} if mattr else target
 
 
+def cpu_name(target: dict[str, Any]) -> str:
+    """An llvm target's CPU for a report: `mcpu` and what its `mattr` switches off ("znver4 without AVX-512")."""
+    off = {f[1:] for f in target.get("mattr", []) if f.startswith("-")}
+    groups = sorted({"AVX-512" if f.startswith("avx512") else "AMX" if f.startswith("amx") else f for f in off})
+    return str(target.get("mcpu", "generic")) + (f" without {', '.join(groups)}" if groups else "")
+
+
 def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[str, Any]:
     """Turn `llvm`, `cuda` or a JSON dict (string or mapping) into a complete target dict."""
     if isinstance(spec, str):

@@ -118,7 +118,7 @@ def report_arms(args, work: Path) -> None:
 
     import search_spaces
     from autotune import load_records, make_task
-    from autotune.target import host_llvm_target
+    from autotune.target import cpu_name, host_llvm_target
 
     arms = json.loads((work / "arms.json").read_text())
     if args.arms:
@@ -151,7 +151,7 @@ def report_arms(args, work: Path) -> None:
     title = "A/B of tuner versions, with transfer (`benchmarks/ab_search.py --transfer-from`)" if args.transfer_from \
         else "A/B of tuner versions (`benchmarks/ab_search.py`)"
     body = [f"## {title}", "",
-            f"CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads. Command: `python "
+            f"CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads. Command: `python "
             f"benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds {' '.join(map(str, args.seeds))} "
             f"--tasks {' '.join(repr(t) for t in args.tasks)}"
             + (f" --work {shown(args.work)}" if Path(args.work).resolve() != DEFAULT_WORK else "")

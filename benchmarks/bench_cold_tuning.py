@@ -72,10 +72,10 @@ def main() -> None:
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
-    from autotune.target import host_llvm_target
+    from autotune.target import cpu_name, host_llvm_target
 
     os.makedirs(args.work, exist_ok=True)
-    cpu = host_llvm_target(args.threads)["mcpu"]
+    cpu = cpu_name(host_llvm_target(args.threads))
     for name in args.models:
         rows = compare(name, args)
         body = "\n".join([

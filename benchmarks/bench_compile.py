@@ -275,7 +275,7 @@ def main() -> None:
     import tvm
     from compile_zoo import ZOO
 
-    from autotune.target import host_llvm_target
+    from autotune.target import cpu_name, host_llvm_target
 
     names = args.modules or list(ZOO)
     names = names[: args.limit] if args.limit else names
@@ -285,7 +285,7 @@ def main() -> None:
         results = run_coverage(names, args.timeout, args.jobs, Path(args.work) / "coverage.jsonl")
     coverage_s = time.time() - t0
     speed = bench_speed(args.speed_models, args.logs, args.threads) if args.speed_models else []
-    cpu = host_llvm_target(args.threads)["mcpu"]
+    cpu = cpu_name(host_llvm_target(args.threads))
     import transformers
 
     body = ["## torch.compile backend (`benchmarks/bench_compile.py`)", "",

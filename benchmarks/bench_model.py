@@ -94,7 +94,7 @@ def main() -> None:
     import tvm
     from models import MODELS  # benchmarks/models.py
 
-    from autotune.target import host_llvm_target
+    from autotune.target import cpu_name, host_llvm_target
 
     os.makedirs(args.logs, exist_ok=True)
     rows, details = [], []
@@ -103,7 +103,7 @@ def main() -> None:
         rows.append(row)
         details += lines + [""]
         print(row, file=sys.stderr)
-    cpu = host_llvm_target(args.threads)["mcpu"]
+    cpu = cpu_name(host_llvm_target(args.threads))
     body = "\n".join([
         "## Whole models (benchmarks/bench_model.py)", "",
         (f"CPU {cpu}, {args.threads} threads for TVM (TVM_NUM_THREADS) and PyTorch (set_num_threads); "

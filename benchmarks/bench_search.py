@@ -612,7 +612,7 @@ def main() -> None:
 
 def search_section(args, work: Path) -> str:
     """Tuning curves, sample efficiency, feature extraction speed and leave-one-task-out model quality."""
-    from autotune.target import host_llvm_target
+    from autotune.target import cpu_name, host_llvm_target
 
     t0 = time.time()
     curves, samples = run_curves(args, work)
@@ -631,7 +631,7 @@ def search_section(args, work: Path) -> str:
         + (f" --section {args.section}" if own_section else "")
         + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
         + (" --retime-fresh" if args.retime_fresh else "")
-        + f"`; CPU {host_llvm_target(args.threads)['mcpu']}, {args.threads} threads; "
+        + f"`; CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads; "
         f"wall time of the runs {time.time() - t0:.0f} s "
         "(runs found complete in their logs are not measured again). Each config is "
         "measured once per task and every run replays that first measurement. Scores: a config's first "

@@ -8,7 +8,7 @@ import pytest
 from autotune.errors import AutotuneError
 from autotune.ops import OPS, check_output, random_inputs
 from autotune.hardware import read_cpuinfo
-from autotune.target import X86_FEATURE_FLAGS, host_llvm_target, parse_target, unsupported_features
+from autotune.target import X86_FEATURE_FLAGS, cpu_name, host_llvm_target, parse_target, unsupported_features
 from autotune.task import Task, make_task, parse_shape
 
 
@@ -46,6 +46,7 @@ def test_host_target_switches_off_extensions_the_machine_hides():
         assert "avx512f" in off
     assert parse_target("llvm").get("mattr") == host.get("mattr")
     assert "mattr" not in parse_target({"kind": "llvm", "mcpu": "haswell"})  # a CPU the user names is theirs
+    assert cpu_name({"mcpu": "znver4", "mattr": ["-avx512f", "-avx512bw", "+fma"]}) == "znver4 without AVX-512"
 
 
 @pytest.mark.parametrize("op,shape,needle", [
