@@ -25,6 +25,24 @@ from typing import Any, Callable, Sequence
 IMPORT_TIMEOUT = 300.0  # seconds for a fresh worker to start and import a called function's module
 
 
+SIGNAL_HINTS = {
+    signal.SIGILL: "an instruction this CPU does not have: compile for this machine (the target's mcpu / mattr)",
+    signal.SIGKILL: "killed from outside, often by the out-of-memory killer",
+}
+
+
+def describe_exit(code: int | None) -> str:
+    """A worker's exit code for a log line: the signal that killed it by name, with a hint for the telling ones."""
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    try:
+        sig = signal.Signals(-code)
+    except ValueError:
+        return f"exit code {code}"
+    hint = SIGNAL_HINTS.get(sig)
+    return f"exit code {code}, {sig.name}" + (f": {hint}" if hint else "")
+
+
 @dataclass(frozen=True)
 class CallResult:
     status: str  # "ok" | "error" (exception, message = traceback) | "timeout" | "crash"
@@ -106,7 +124,7 @@ class Worker:
         except (EOFError, OSError):
             code = self._proc.wait(5) if self._proc is not None else None
             self.close()
-            return CallResult("crash", message=f"worker process died (exit code {code})")
+            return CallResult("crash", message=f"worker process died ({describe_exit(code)})")
 
     def close(self) -> None:
         if self._proc is not None:

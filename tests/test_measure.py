@@ -5,7 +5,7 @@ import time
 from autotune.measure import LocalBuilder, LocalRunner, RunnerOptions
 from autotune.measure_types import ErrorKind, MeasureInput
 from autotune.task import make_task
-from autotune.workers import Worker
+from autotune.workers import Worker, describe_exit
 from autotune import measure_worker
 from search_spaces import resolve
 
@@ -29,9 +29,16 @@ def test_each_failure_costs_one_result_and_the_run_goes_on(worker_env):
     kinds = [r.error for r in results]
     assert kinds == [None, ErrorKind.WRONG_ANSWER, ErrorKind.RUN_TIMEOUT, ErrorKind.RUNTIME_ERROR,
                      ErrorKind.INVALID_CONFIG, None]
-    assert "exit code -11" in results[3].message  # SIGSEGV in the runner process
+    assert "exit code -11, SIGSEGV" in results[3].message  # a crash in the runner process
     assert results[0].costs and all(c > 0 for c in results[0].costs) and results[5].costs
     assert elapsed < 60
+
+
+def test_a_killed_worker_is_named_by_its_signal():
+    assert describe_exit(-4) == ("exit code -4, SIGILL: an instruction this CPU does not have: compile for this "
+                                 "machine (the target's mcpu / mattr)")
+    assert describe_exit(-11) == "exit code -11, SIGSEGV" and describe_exit(3) == "exit code 3"
+    assert describe_exit(None) == "exit code None" and describe_exit(-999) == "exit code -999"
 
 
 def test_build_timeout_is_recorded(worker_env):
