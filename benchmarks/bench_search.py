@@ -606,7 +606,7 @@ def main() -> None:
     if args.quality_trials:
         body = quality_section(args, work)
         suffix = "" if args.quality_trials == 300 else f"_{args.quality_trials}"  # another budget: its own section
-        write_section(f"bench_search_quality{suffix}", body)
+        write_section(f"{args.section}_quality{suffix}", body)
         print(body, flush=True)
 
 
@@ -665,6 +665,8 @@ def quality_section(args, work: Path) -> str:
     """Our best kernel vs torch and MetaSchedule (`kernel_quality`), with how it was measured."""
     from autotune.retime import RETIMES as RETIMES_TUNE
 
+    from autotune.target import cpu_name, host_llvm_target
+
     start = (f" It continues the seed-0 run logged in `<task folder>/{args.quality_start}.jsonl` (a search "
              "benchmark run, or a shorter kernel comparison's run: its log, resumed, the model retrained from it) "
              "to that budget." if args.quality_start else "")
@@ -673,7 +675,8 @@ def quality_section(args, work: Path) -> str:
         f"Command: `python benchmarks/bench_search.py --quality-only --quality-trials {args.quality_trials} "
         f"--ms-trials {args.ms_trials}" + (f" --quality-start {args.quality_start}" if args.quality_start else "")
         + (f" --quality-seeds {' '.join(map(str, args.quality_seeds))}" if args.quality_seeds != [0] else "")
-        + f"`; {args.threads} threads. "
+        + (f" --section {args.section}" if args.section != "bench_search" else "")
+        + f"`; CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads. "
         f"The best config of a cold xgb run of {args.quality_trials} trials (loop features, no transfer; as "
         f"`autotune tune` does, its contenders re-timed {RETIMES_TUNE} more times, scored by the median).{start} "
         f"Against torch and MetaSchedule's best after {args.ms_trials} trials (`tune_tir`, same target), all "
