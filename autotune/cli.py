@@ -244,7 +244,9 @@ def cmd_ops(args: argparse.Namespace) -> int:
             ref = search_spaces.DEFAULT_TEMPLATES.get((name, kind))
             if ref:
                 space = search_spaces.resolve(ref).define_space(task)
-                print(f"  {kind} template {ref}: {len(space):,} configs for {EXAMPLE_SHAPES[name]}")
+                allowed = space.allowed_count()
+                limit = f" ({allowed:,} within this target's register tile limit)" if allowed < len(space) else ""
+                print(f"  {kind} template {ref}: {len(space):,} configs{limit} for {EXAMPLE_SHAPES[name]}")
     return 0
 
 

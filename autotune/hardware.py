@@ -121,17 +121,19 @@ def read_cpuinfo(path: str | Path) -> tuple[set[str], float]:
 def cpu_model(target: dict[str, Any] | None = None, cpuinfo: str | Path = "/proc/cpuinfo",
               cache_dir: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> CpuModel:
     """The model of this machine's CPU; cores come from the target's `num-cores` when given."""
-    from .target import host_cores
+    from .target import host_cores, vector_unit
 
     flags, ghz = read_cpuinfo(cpuinfo)
-    if "avx512f" in flags:
+    target = target or {}
+    if target.get("mcpu"):  # what the kernels are compiled for
+        lanes, regs = vector_unit(target)
+    elif "avx512f" in flags:
         lanes, regs = 16, 32
     elif "avx2" in flags or "avx" in flags:
         lanes, regs = 8, 16
     else:
         lanes, regs = 4, 16
     caches = cache_sizes(cache_dir)
-    target = target or {}
     cores = int(target.get("num-cores") or host_cores())
     return CpuModel(str(target.get("mcpu", "host")), lanes, regs, cores, ghz, caches.get(1, 32 * 1024),
                     caches.get(2, 1024 * 1024), caches.get(3, 0))

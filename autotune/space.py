@@ -14,6 +14,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 
+SMALL_SPACE = 1 << 16  # `sample` looks at every config of a space this small when random draws fall short
+NEIGHBOUR_TRIES = 16  # random one-knob steps `neighbour` tries before it stays put
+
+
 @dataclass(frozen=True)
 class Knob:
     """A named list of candidate values. `kind` is split / reorder / annotate / choice."""
@@ -102,10 +106,14 @@ class Config:
 @dataclass(frozen=True)
 class ConfigSpace:
     """The knobs of a template. `register`: the split knobs whose innermost factors make the register tile (the
-    loops a template unrolls and vectorises); empty: every split knob's."""
+    loops a template unrolls and vectorises); empty: every split knob's. `max_register_tile`: the largest product
+    of those factors (accumulator elements) a config may have; configs above it stay indexable (a log's record
+    keeps its meaning) but are never sampled or proposed (on the CPU: their accumulators would not fit in the
+    vector registers and spill on every iteration)."""
 
     knobs: tuple[Knob, ...]
     register: tuple[str, ...] = ()
+    max_register_tile: int | None = None
 
     def __post_init__(self):
         splits = {k.name for k in self.knobs if k.kind == "split"}
@@ -145,12 +153,25 @@ class ConfigSpace:
         """Index of the config with these knob values (split factors as tuples); ValueError if one is no candidate."""
         return self.index_of([k.candidates.index(values[k.name]) for k in self.knobs])
 
+    def allows(self, index: int) -> bool:
+        """Whether a search may propose `index` (its register tile is within `max_register_tile`)."""
+        return self.max_register_tile is None or math.prod(self.register_tile(index)) <= self.max_register_tile
+
+    def allowed_count(self) -> int:
+        """How many configs `allows` (counted over the register knobs' candidates, not config by config)."""
+        if self.max_register_tile is None:
+            return len(self)
+        names = self.register or tuple(k.name for k in self.knobs if k.kind == "split")
+        tiles = [[c[-1] for c in self[name].candidates] for name in names]
+        within = sum(1 for tile in itertools.product(*tiles) if math.prod(tile) <= self.max_register_tile)
+        return within * math.prod(len(k) for k in self.knobs if k.name not in names)
+
     def get(self, index: int) -> Config:
         index = int(index)
         return Config(index, {k.name: k.candidates[d] for k, d in zip(self.knobs, self.digits(index))})
 
     def sample(self, rng: np.random.Generator, n: int, exclude: set[int] = frozenset()) -> list[int]:
-        """Up to n distinct random indices not in `exclude`."""
+        """Up to n distinct random indices that `allows`, not in `exclude`."""
         size = len(self)
         n = min(n, size - len(exclude))
         out: set[int] = set()
@@ -158,8 +179,11 @@ class ConfigSpace:
         while len(out) < n and tries < 50 * n + 100:
             tries += 1
             i = int(rng.integers(size)) if size < 2**63 else int(rng.random() * size)
-            if i not in exclude:
+            if i not in exclude and self.allows(i):
                 out.add(i)
+        if len(out) < n and size <= SMALL_SPACE:  # few allowed configs left: find them all
+            rest = [i for i in range(size) if i not in exclude and i not in out and self.allows(i)]
+            out.update(rest[k] for k in rng.permutation(len(rest))[: n - len(out)])
         return sorted(out)
 
     def coverage(self, index: int) -> list[int]:
@@ -199,17 +223,19 @@ class ConfigSpace:
                 if cand[-1] not in closest or key < closest[cand[-1]]:
                     closest[cand[-1]] = key
             moves += [self.index_of(digits[:k] + [key[-1]] + digits[k + 1:]) for key in sorted(closest.values())]
-        return moves
+        return [i for i in moves if self.allows(i)]
 
     def neighbour(self, index: int, rng: np.random.Generator) -> int:
-        """Change one knob to another random value (a step of simulated annealing)."""
-        digits = self.digits(index)
+        """Change one knob to another random value (a step of simulated annealing); `index` itself when no
+        neighbour tried is allowed."""
         movable = [i for i, dim in enumerate(self.dims) if dim > 1]
-        if not movable:
-            return index
-        i = movable[int(rng.integers(len(movable)))]
-        digits[i] = (digits[i] + 1 + int(rng.integers(self.dims[i] - 1))) % self.dims[i]
-        return self.index_of(digits)
+        for _ in range(NEIGHBOUR_TRIES if movable else 0):
+            digits = self.digits(index)
+            i = movable[int(rng.integers(len(movable)))]
+            digits[i] = (digits[i] + 1 + int(rng.integers(self.dims[i] - 1))) % self.dims[i]
+            if self.allows(step := self.index_of(digits)):
+                return step
+        return index
 
     def knob_features(self, index: int) -> list[float]:
         """Fixed-length numeric description of a config (the cheap `knob` features)."""
@@ -217,4 +243,6 @@ class ConfigSpace:
         return [x for k in self.knobs for x in k.numeric(cfg[k.name])]
 
     def describe(self) -> str:
-        return " x ".join(f"{k.name}:{len(k)}" for k in self.knobs) + f" = {len(self)}"
+        allowed = self.allowed_count()
+        return (" x ".join(f"{k.name}:{len(k)}" for k in self.knobs) + f" = {len(self)}"
+                + (f" ({allowed} within the register tile limit {self.max_register_tile})" if allowed < len(self) else ""))

@@ -62,6 +62,28 @@ def host_llvm_target(num_cores: int | None = None) -> dict[str, Any]:
     return {**target, "mattr": list(mattr)} if mattr else target
 
 
+@functools.lru_cache(maxsize=None)
+def _llvm_features(target_json: str) -> frozenset[str]:
+    import tvm
+    from tvm.target import codegen
+
+    return frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(json.loads(target_json))))
+
+
+def vector_unit(target: dict[str, Any]) -> tuple[int, int]:
+    """(fp32 lanes per vector register, vector registers) of the instruction set an llvm target compiles for: its
+    `mcpu` less what its `mattr` switches off (a znver4 without AVX-512 gets AVX2's 8 lanes and 16 registers)."""
+    features = _llvm_features(json.dumps({k: target[k] for k in ("kind", "mcpu", "mattr", "mtriple") if k in target},
+                                         sort_keys=True))
+    if "avx512f" in features:
+        return 16, 32
+    if "avx" in features:
+        return 8, 16
+    if "neon" in features:
+        return 4, 32
+    return 4, 16  # SSE
+
+
 def cpu_name(target: dict[str, Any]) -> str:
     """An llvm target's CPU for a report: `mcpu` and what its `mattr` switches off ("znver4 without AVX-512")."""
     off = {f[1:] for f in target.get("mattr", []) if f.startswith("-")}

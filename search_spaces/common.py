@@ -5,9 +5,22 @@ from __future__ import annotations
 from typing import Sequence
 
 from autotune.space import Knob, choice_knob, split_knob
+from autotune.target import vector_unit
+from autotune.task import Task
 
 VECTOR_LANES = 16  # fp32 lanes of an AVX-512 register
 UNROLL_STEPS = (0, 16, 64, 512)
+SPARE_REGISTERS = 2  # vector registers a register tile leaves for the operands it loads and broadcasts
+
+
+def register_budget(task: Task) -> int:
+    """The most fp32 accumulators a register tile may hold on the task's target: its vector registers less
+    SPARE_REGISTERS, times their lanes (AVX2: 112, AVX-512: 480). A larger tile spills accumulators to the stack on
+    every iteration: on a Zen 4 with AVX2, of 384 random configs per task (matmul 1024^3, dense 128x768->3072,
+    conv2d 64x56x56 and 256x14x14), those whose accumulators took all 16 ymm registers or more (27-50% of each
+    sample) came no closer than 69% of the task's best."""
+    lanes, registers = vector_unit(task.target)
+    return (registers - SPARE_REGISTERS) * lanes
 
 
 def tile_knob(name: str, extent: int, parts: int, inner_max: int, vector: bool = False,

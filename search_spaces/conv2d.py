@@ -20,6 +20,7 @@ from .common import (
     annotate_unroll,
     decompose,
     parallel_fused,
+    register_budget,
     split,
     tile_knob,
     unroll_knob,
@@ -44,7 +45,7 @@ def define_space(task: Task) -> ConfigSpace:
         choice_knob("reduction_order", REDUCTION_ORDERS),
         choice_knob("pad", ("root", "inline") if p["padding"] > 0 else ("none",)),
         unroll_knob(),
-    ), register=("tile_x", "tile_k"))
+    ), register=("tile_x", "tile_k"), max_register_tile=register_budget(task))
 
 
 def apply(task: Task, cfg: Config):

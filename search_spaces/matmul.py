@@ -21,6 +21,7 @@ from .common import (
     annotate_unroll,
     decompose,
     parallel_fused,
+    register_budget,
     split,
     tile_knob,
     unroll_knob,
@@ -63,7 +64,7 @@ def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
         choice_knob("mid_order", ("ij", "ji")),
         choice_knob("pack_b", gemm.pack_choices),
         unroll_knob(),
-    ), register=("tile_i", "tile_j"))
+    ), register=("tile_i", "tile_j"), max_register_tile=register_budget(task))
 
 
 def apply_gemm(gemm: Gemm, task: Task, cfg: Config):

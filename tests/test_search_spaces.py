@@ -111,6 +111,33 @@ def test_vectorised_axis_prefers_whole_vectors() -> None:
     assert all(c[-1] % 16 == 0 for c in _template(conv).define_space(conv)["tile_k"].candidates)
 
 
+AVX2 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2, "mattr": ["-avx512f"]}  # a Zen 4 without AVX-512
+AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+
+
+def test_register_tiles_are_limited_by_the_targets_vector_registers() -> None:
+    from autotune.target import vector_unit
+
+    assert vector_unit(AVX2) == (8, 16) and vector_unit(AVX512) == (16, 32)
+    assert vector_unit({"kind": "llvm", "mcpu": "haswell"}) == (8, 16)
+    for op, shape, knobs in (("matmul", "M=256,N=256,K=64", ("tile_i", "tile_j")),
+                             ("conv2d", "C=16,H=28,W=28,K=64,R=3,S=3,padding=1", ("tile_x", "tile_k"))):
+        avx2, avx512 = make_task(op, shape, target=AVX2), make_task(op, shape, target=AVX512)
+        s2, s512 = _template(avx2).define_space(avx2), _template(avx512).define_space(avx512)
+        assert s2.knobs == s512.knobs  # one index means one config on every target: logs stay valid
+        assert (s2.max_register_tile, s512.max_register_tile) == (14 * 8, 30 * 16)  # all but 2 registers
+        assert s2.allowed_count() < s512.allowed_count() < len(s512)
+        for i in s2.sample(np.random.default_rng(0), 50):
+            cfg = s2.get(i)
+            assert cfg[knobs[0]][-1] * cfg[knobs[1]][-1] <= 112
+    task = make_task("matmul", "M=256,N=256,K=64", target=AVX2)
+    space = _template(task).define_space(task)
+    tile = lambda i2, j2: space.index_of_values(  # noqa: E731
+        {**space.get(0).knobs, "tile_i": (256 // i2, 1, i2), "tile_j": (256 // j2, 1, j2)})
+    assert space.allows(tile(4, 16)) and space.allows(tile(1, 64))  # 8 ymm accumulators
+    assert not space.allows(tile(4, 32)) and not space.allows(tile(16, 16))  # 16 and 32: they spill
+
+
 def test_matmul_schedule_structure() -> None:
     task = _task("matmul", "M=64,N=128,K=32")
     space = _template(task).define_space(task)

@@ -76,3 +76,34 @@ def test_register_tile_is_the_innermost_factors_of_the_register_knobs():
     assert s.coverage(i)[-3:] == [7, 14, 32]  # a batch still covers every innermost factor
     with pytest.raises(ValueError, match="not split knobs"):
         ConfigSpace((*knobs, choice_knob("u", [0, 16])), register=("x", "u"))
+
+
+def test_a_register_tile_limit_keeps_indices_and_is_never_proposed():
+    knobs = (split_knob("i", 64, 3), split_knob("j", 64, 2), choice_knob("u", [0, 16, 64]))
+    free, limited = ConfigSpace(knobs, register=("i", "j")), ConfigSpace(knobs, register=("i", "j"),
+                                                                      max_register_tile=64)
+    assert len(limited) == len(free) and limited.get(123).knobs == free.get(123).knobs  # same indices, same configs
+    allowed = [i for i in range(len(limited)) if math.prod(limited.register_tile(i)) <= 64]
+    assert 0 < len(allowed) < len(limited)
+    assert limited.allowed_count() == len(allowed) and free.allowed_count() == len(free)
+    assert all(limited.allows(i) for i in allowed) and all(free.allows(i) for i in range(len(free)))
+    rng = np.random.default_rng(0)
+    got = limited.sample(rng, 200)
+    assert len(got) == 200 and all(math.prod(limited.register_tile(i)) <= 64 for i in got)
+    assert sorted(limited.sample(rng, 10 ** 6)) == allowed  # a small space: every allowed config, no other
+    for i in got[:30]:
+        assert limited.allows(limited.neighbour(i, rng))
+        assert all(limited.allows(m) for m in limited.inner_moves(i))
+    over = limited.index_of_values({"i": (1, 1, 64), "j": (1, 64), "u": 0})
+    assert not limited.allows(over) and limited.get(over)["i"] == (1, 1, 64)  # a log's record keeps its meaning
+    assert "within the register tile limit 64" in limited.describe()
+
+
+def test_model_free_tuners_propose_only_allowed_configs():
+    from autotune.tuners.simple import GridTuner, RandomTuner
+
+    space = ConfigSpace((split_knob("i", 32, 2), split_knob("j", 32, 2)), max_register_tile=32)
+    for tuner in (GridTuner(None, space, "t"), RandomTuner(None, space, "t", seed=1)):
+        seen = [i for _ in range(20) for i in tuner.next_batch(8)]
+        assert len(seen) == len(set(seen)) == space.allowed_count()  # all of them, once, then nothing
+        assert all(space.allows(i) for i in seen)

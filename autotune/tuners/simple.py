@@ -12,7 +12,7 @@ from ..task import Task
 
 
 class RandomTuner:
-    """Uniform random configs, never one proposed or measured before."""
+    """Uniform random configs among those the space allows, never one proposed or measured before."""
 
     def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0):
         self.space = space
@@ -30,17 +30,17 @@ class RandomTuner:
 
 
 class GridTuner:
-    """Configs in index order, skipping those already measured."""
+    """Configs in index order, skipping those already measured and those the space does not allow."""
 
     def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0):
-        self.size = len(space)
+        self.space = space
         self.cursor = 0
         self.visited: set[int] = set()
 
     def next_batch(self, n: int) -> list[int]:
         batch: list[int] = []
-        while len(batch) < n and self.cursor < self.size:
-            if self.cursor not in self.visited:
+        while len(batch) < n and self.cursor < len(self.space):
+            if self.cursor not in self.visited and self.space.allows(self.cursor):
                 batch.append(self.cursor)
             self.cursor += 1
         self.visited.update(batch)
