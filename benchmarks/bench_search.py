@@ -10,7 +10,8 @@ compiled kernel would be timed again), which keeps the benchmark affordable on 2
 whose first measurement comes near the best are timed again after the runs and scored by the median of
 those timings (`retime_contenders`), so that a lucky timing does not set or meet the 95% target.
 Writes the `bench_search` (and `bench_search_quality`) sections of benchmarks/RESULTS.md and
-benchmarks/search_curves.png.
+benchmarks/search_curves.png; with `--section NAME`, the sections NAME (and NAME_quality) and
+benchmarks/search_curves_NAME.png.
 """
 
 from __future__ import annotations
