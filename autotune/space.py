@@ -244,5 +244,5 @@ class ConfigSpace:
 
     def describe(self) -> str:
         allowed = self.allowed_count()
-        return (" x ".join(f"{k.name}:{len(k)}" for k in self.knobs) + f" = {len(self)}"
-                + (f" ({allowed} within the register tile limit {self.max_register_tile})" if allowed < len(self) else ""))
+        limit = f" ({allowed} within the register tile limit {self.max_register_tile})" if allowed < len(self) else ""
+        return " x ".join(f"{k.name}:{len(k)}" for k in self.knobs) + f" = {len(self)}" + limit
