@@ -1,7 +1,8 @@
 """Analytic hardware models of a CPU or a CUDA arch, for the uKernel ranking and the cold-start prior.
 
-The CPU model is read from this machine (/proc/cpuinfo, /sys cache sizes) plus the target's core
-count; the CUDA model comes from a small table keyed by compute capability.
+The CPU model is read from this machine (/proc/cpuinfo for the clock, /sys cache sizes) plus the target's
+vector unit (`target.vector_unit`) and core count; the CUDA model comes from a small table keyed by compute
+capability.
 """
 
 from __future__ import annotations
@@ -121,18 +122,11 @@ def read_cpuinfo(path: str | Path) -> tuple[set[str], float]:
 def cpu_model(target: dict[str, Any] | None = None, cpuinfo: str | Path = "/proc/cpuinfo",
               cache_dir: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> CpuModel:
     """The model of this machine's CPU; cores come from the target's `num-cores` when given."""
-    from .target import host_cores, vector_unit
+    from .target import host_cores, host_llvm_target, vector_unit
 
-    flags, ghz = read_cpuinfo(cpuinfo)
+    ghz = read_cpuinfo(cpuinfo)[1]
     target = target or {}
-    if target.get("mcpu"):  # what the kernels are compiled for
-        lanes, regs = vector_unit(target)
-    elif "avx512f" in flags:
-        lanes, regs = 16, 32
-    elif "avx2" in flags or "avx" in flags:
-        lanes, regs = 8, 16
-    else:
-        lanes, regs = 4, 16
+    lanes, regs = vector_unit(target if target.get("mcpu") else host_llvm_target())  # what kernels compile for
     caches = cache_sizes(cache_dir)
     cores = int(target.get("num-cores") or host_cores())
     return CpuModel(str(target.get("mcpu", "host")), lanes, regs, cores, ghz, caches.get(1, 32 * 1024),

@@ -41,7 +41,6 @@ def unsupported_features(cpu_features: set[str], host_flags: set[str]) -> list[s
 @functools.lru_cache(maxsize=None)
 def _host_cpu() -> tuple[str, tuple[str, ...]]:
     """(LLVM's name of this machine's CPU, the `mattr` that switches off what the CPU model has and it lacks)."""
-    import tvm
     from tvm.target import codegen
 
     from .hardware import read_cpuinfo
@@ -50,8 +49,7 @@ def _host_cpu() -> tuple[str, tuple[str, ...]]:
     flags = read_cpuinfo("/proc/cpuinfo")[0]
     if not flags or not str(codegen.llvm_get_system_triple()).startswith(("x86_64", "i386", "i686")):
         return cpu, ()
-    model = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": cpu}))}
-    return cpu, tuple(f"-{f}" for f in unsupported_features(model, flags))
+    return cpu, tuple(f"-{f}" for f in unsupported_features(set(_llvm_features(cpu)), flags))
 
 
 def host_llvm_target(num_cores: int | None = None) -> dict[str, Any]:
@@ -63,18 +61,20 @@ def host_llvm_target(num_cores: int | None = None) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=None)
-def _llvm_features(target_json: str) -> frozenset[str]:
+def _llvm_features(mcpu: str | None, mattr: tuple[str, ...] = (), mtriple: str | None = None) -> frozenset[str]:
+    """The features LLVM gives code compiled for this CPU (`mattr` applied)."""
     import tvm
     from tvm.target import codegen
 
-    return frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(json.loads(target_json))))
+    spec = {"kind": "llvm", "mcpu": mcpu, "mattr": list(mattr), "mtriple": mtriple}
+    target = tvm.target.Target({k: v for k, v in spec.items() if v})
+    return frozenset(str(f) for f in codegen.llvm_get_cpu_features(target))
 
 
 def vector_unit(target: dict[str, Any]) -> tuple[int, int]:
     """(fp32 lanes per vector register, vector registers) of the instruction set an llvm target compiles for: its
     `mcpu` less what its `mattr` switches off (a znver4 without AVX-512 gets AVX2's 8 lanes and 16 registers)."""
-    features = _llvm_features(json.dumps({k: target[k] for k in ("kind", "mcpu", "mattr", "mtriple") if k in target},
-                                         sort_keys=True))
+    features = _llvm_features(target.get("mcpu"), tuple(target.get("mattr", ())), target.get("mtriple"))
     if "avx512f" in features:
         return 16, 32
     if "avx" in features:
