@@ -86,12 +86,17 @@ def first_measurements(tdir: Path) -> dict:
     loses by the timing noise of a second measurement of the same kernel."""
     from autotune import load_records
 
-    first = {}
+    first, made_by = {}, {}
     for log in sorted(tdir.glob("*.jsonl")) + sorted(tdir.glob("earlier/*.jsonl")):
         for r in load_records(log):
+            made_by.setdefault(r.input.template, {}).setdefault(r.template_version, log)
             old = first.get(r.input.config.index)
             if old is None or r.result.timestamp < old.timestamp:
                 first[r.input.config.index] = r.result
+    for ref, logs in made_by.items():  # an index means another config at another version: nothing to replay
+        if len(logs) > 1:
+            raise SystemExit(f"{tdir}: records of {len(logs)} versions of template {ref} "
+                             f"({', '.join(sorted(str(p.name) for p in logs.values()))}); use a fresh work folder")
     return first
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import itertools
 import os
 import sys
 from collections.abc import Callable
@@ -101,10 +102,13 @@ PROBE_SHAPES: dict[str, tuple[dict[str, int], ...]] = {
     "depthwise_conv2d": ({"C": 16, "H": 14, "W": 14, "R": 3, "S": 3, "padding": 1},
                          {"C": 96, "H": 56, "W": 56, "R": 3, "S": 3, "stride": 2, "padding": 1}),
 }
-PROBE_TARGETS = {"llvm": {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
-                 "cuda": {"kind": "cuda", "arch": "sm_80"}}
+# target kind -> the targets a template is fingerprinted on (a CPU space's vector tiles and register cap follow
+# the target's vector unit: AVX-512 and AVX2 both probed)
+PROBE_TARGETS = {"llvm": ({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
+                          {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}),
+                 "cuda": ({"kind": "cuda", "arch": "sm_80"},)}
 PROBE_CONFIGS = 6  # configs per probe task, spread over the space
-FINGERPRINT_FORMAT = "1"
+FINGERPRINT_FORMAT = "2"  # 2: probed on an AVX2 target as well
 
 
 def _cache_file():
@@ -149,8 +153,8 @@ def _compute_fingerprint(template: Template) -> str:
     from autotune.task import make_task
 
     digest = hashlib.sha1(f"{template.op}:{template.target_kind}".encode())
-    for shape in PROBE_SHAPES[template.op]:
-        task = make_task(template.op, shape, target=PROBE_TARGETS[template.target_kind])
+    for target, shape in itertools.product(PROBE_TARGETS[template.target_kind], PROBE_SHAPES[template.op]):
+        task = make_task(template.op, shape, target=target)
         try:
             space = template.define_space(task)
         except Exception as err:  # noqa: BLE001 - a template for other shapes only: that is what it does

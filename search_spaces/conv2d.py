@@ -24,6 +24,7 @@ from .common import (
     split,
     tile_knob,
     unroll_knob,
+    vector_lanes,
     vectorize_inner,
     vectorize_loop,
 )
@@ -37,7 +38,7 @@ def define_space(task: Task) -> ConfigSpace:
     _, k_out, oh, ow = output_shape(task)
     return ConfigSpace(knobs=(
         choice_knob("vec_axis", ("k", "x")),
-        tile_knob("tile_k", k_out, 3, inner_max=64, vector=True),
+        tile_knob("tile_k", k_out, 3, inner_max=64, lanes=vector_lanes(task)),
         tile_knob("tile_y", oh, 2, inner_max=oh),
         tile_knob("tile_x", ow, 3, inner_max=16),
         tile_knob("tile_c", p["C"], 2, inner_max=p["C"]),

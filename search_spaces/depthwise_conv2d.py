@@ -24,6 +24,7 @@ from .common import (
     split,
     tile_knob,
     unroll_knob,
+    vector_lanes,
     vectorize_inner,
     vectorize_loop,
 )
@@ -34,7 +35,7 @@ def define_space(task: Task) -> ConfigSpace:
     _, channels, oh, ow = (int(d) for d in task.opdef.output_shape(task.shape))
     return ConfigSpace(knobs=(
         choice_knob("vec_axis", ("c", "x")),
-        tile_knob("tile_c", channels, 2, inner_max=64, vector=True, also_rows=4),
+        tile_knob("tile_c", channels, 2, inner_max=64, lanes=vector_lanes(task), also_rows=4),
         tile_knob("tile_y", oh, 2, inner_max=oh),
         tile_knob("tile_x", ow, 2, inner_max=32),
         choice_knob("input_at", ("tile", "root", "inline")),

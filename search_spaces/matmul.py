@@ -1,8 +1,8 @@
 """CPU templates for the GEMM family: matmul, dense (B = W^T) and batch_matmul, sharing one schedule.
 
 Structure (SRSRS): parallel fused [batch] x i0 x j0 tiles; k0 cache blocking; mid tile i1 x j1
-(order is a knob); k1; register tile i2 x j2 with j2 vectorised (a multiple of 16 lanes when
-N allows). The accumulator C_global is written back per outer tile. The B operand can be
+(order is a knob); k1; register tile i2 x j2 with j2 vectorised (whole vectors of the target,
+8 or 16 lanes, when N allows). The accumulator C_global is written back per outer tile. The B operand can be
 packed into a tile-contiguous layout [.., N/j2, K, j2], all up front ("root") or one outer
 tile's panel at a time inside the parallel loop ("tile"). Dense's W [N, K] is a layer's weight:
 its kernel takes W already in that layout ("pre"), packed once at build time (`Relayout`).
@@ -25,12 +25,13 @@ from .common import (
     split,
     tile_knob,
     unroll_knob,
+    vector_lanes,
     vectorize_inner,
     vectorize_loop,
 )
 
 REG_ROWS = 16  # register-tile rows (i2) at most
-REG_COLS = 64  # register-tile columns (j2) at most: 4 zmm registers per row
+REG_COLS = 64  # register-tile columns (j2) at most: 4 zmm (8 ymm) registers per row
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
     p = task.shape
     return ConfigSpace(knobs=(
         tile_knob("tile_i", p[gemm.m], 3, inner_max=REG_ROWS),
-        tile_knob("tile_j", p[gemm.n], 3, inner_max=REG_COLS, vector=True),
+        tile_knob("tile_j", p[gemm.n], 3, inner_max=REG_COLS, lanes=vector_lanes(task)),
         tile_knob("tile_k", p[gemm.k], 2, inner_max=1024),
         choice_knob("mid_order", ("ij", "ji")),
         choice_knob("pack_b", gemm.pack_choices),

@@ -85,7 +85,7 @@ def test_reduction_inside_or_outside_the_mid_tile_is_visible():
 def test_every_template_gives_level_features(op, kind):
     """The extractor understands every template's IR (features.py would silently fall back to zeros)."""
     template = resolve(DEFAULT_TEMPLATES[(op, kind)])
-    task = make_task(op, PROBE_SHAPES[op][0], target=PROBE_TARGETS[kind])
+    task = make_task(op, PROBE_SHAPES[op][0], target=PROBE_TARGETS[kind][0])
     space = template.define_space(task)
     done = 0
     for index in space.sample(np.random.default_rng(0), 12):
