@@ -73,10 +73,16 @@ def compile_config(task: Task, config_index: int | None, template_ref: str | Non
 
 
 def build_best(log: str | os.PathLike | Sequence[str | os.PathLike], task: Task) -> Kernel:
-    """The best valid config of `task` in the log(s), compiled."""
-    best = best_record(r for r in load_records(log) if r.task.key == task.key)
+    """The best valid config of `task` in the log(s) made by the current version of its template, compiled."""
+    import search_spaces
+
+    mine = [r for r in load_records(log) if r.task.key == task.key]
+    current = list(search_spaces.current_records(mine))
+    best = best_record(current)
     if best is None:
-        raise AutotuneError(f"no valid record for {task} (key {task.key}) in {log}")
+        stale = len(mine) - len(current)
+        stale = f" ({stale} made by other versions of its template: tune it again)" if stale else ""
+        raise AutotuneError(f"no valid record for {task} (key {task.key}) in {log}{stale}")
     kernel = compile_config(task, best.input.config.index, best.input.template)
     kernel.record = best
     return kernel

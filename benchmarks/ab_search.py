@@ -4,6 +4,9 @@
     python benchmarks/ab_search.py --arm after --work /abs/ab --tasks "matmul 1024^3"    # from the new one
     python benchmarks/ab_search.py --report --work /abs/ab --tasks "matmul 1024^3"       # after both
 
+Arms whose templates differ (another template version: a config index names another config) run in work folders of
+their own, and `--report --work DIR_A DIR_B` compares them, each scored by its own measurements.
+
 Each arm runs cold xgb (loop features; `--tuner random`: random search, a baseline arm; `--cold-start roofline`: xgb
 whose first batch the roofline prior picks; `--features knob`: xgb on the knob values) for --trials per seed into
 `<work>/<task>/<arm>-s<seed>.jsonl` (with --transfer-from, xgb pre-trained as bench_search.py's xgb-transfer: on the
@@ -108,41 +111,49 @@ def run_arm(args, work: Path) -> None:
 
 
 def register_tiles(records, space) -> int:
-    """Distinct register tiles among a run's configs (`ConfigSpace.register_tile`: the innermost factors of the
-    template's `register` split knobs; before session 25, of every split knob)."""
-    return len({space.register_tile(r.input.config.index) for r in records})
+    """Distinct register tiles among a run's configs: the innermost factors of the template's `register` split knobs
+    (before session 25, of every split knob), read from the recorded knob values (an arm of another template version
+    may number its configs otherwise)."""
+    names = space.register or tuple(k.name for k in space.knobs if k.kind == "split")
+    return len({tuple(r.input.config.knobs[n][-1] for n in names) for r in records})
 
 
-def report_arms(args, work: Path) -> None:
+def report_arms(args, work: list[Path]) -> None:
     import numpy as np
 
     import search_spaces
     from autotune import load_records, make_task
     from autotune.target import cpu_name, host_llvm_target
 
-    arms = json.loads((work / "arms.json").read_text())
+    arms, folder = {}, {}  # arm -> its label, and the work folder it ran in
+    for w in work:
+        for arm, text in json.loads((w / "arms.json").read_text()).items():
+            arms[arm], folder[arm] = text, w
     if args.arms:
         unknown = set(args.arms) - set(arms)
         if unknown:
-            raise SystemExit(f"no arm {', '.join(sorted(unknown))} in {work / 'arms.json'} (arms: {', '.join(arms)})")
+            raise SystemExit(f"no arm {', '.join(sorted(unknown))} in {', '.join(str(w / 'arms.json') for w in work)} "
+                             f"(arms: {', '.join(arms)})")
         arms = {arm: arms[arm] for arm in args.arms}
     rows = []
     early = [n for n in EARLY if n < args.trials]
     for label in args.tasks:
         task = make_task(*TASKS[label])
-        tdir = work / task.key
-        runs = {arm: [load_records(tdir / f"{arm}-s{s}.jsonl")[: args.trials] for s in args.seeds] for arm in arms}
-        scores = {i: task.flops / res.mean_s / 1e9 if res.ok else 0.0 for i, res in first_measurements(tdir).items()}
-        best = max(scores.values())
+        runs = {arm: [load_records(folder[arm] / task.key / f"{arm}-s{s}.jsonl")[: args.trials] for s in args.seeds]
+                for arm in arms}
+        scores = {w: {i: task.flops / res.mean_s / 1e9 if res.ok else 0.0
+                      for i, res in first_measurements(w / task.key).items()} for w in {folder[a] for a in arms}}
+        every = [g for by_index in scores.values() for g in by_index.values()]
+        best = max(every)
         target = args.target * best
-        easy = sum(g >= target for g in scores.values()) / len(scores)
+        easy = sum(g >= target for g in every) / len(every)
         space = search_spaces.resolve(runs[next(iter(arms))][0][0].input.template).define_space(task)
         for arm, by_seed in runs.items():
-            curves = [curve(per_trial(rs, args.trials, scores), args.trials) for rs in by_seed]
+            curves = [curve(per_trial(rs, args.trials, scores[folder[arm]]), args.trials) for rs in by_seed]
             reach = [t for t in (trials_to_reach(c, target) for c in curves) if t is not None]
             median = f"{int(np.median(reach))}" if reach else f"> {args.trials}"
             final = np.mean([c[-1] for c in curves])
-            rows.append(f"| {label} | {target:.0f} ({easy:.0%} of {len(scores)}) | {arm} ({arms[arm]}) | "
+            rows.append(f"| {label} | {target:.0f} ({easy:.0%} of {len(every)}) | {arm} ({arms[arm]}) | "
                         f"{len(reach)}/{len(curves)} | {median} | "
                         f"{' / '.join(f'{np.mean([c[n - 1] for c in curves]):.0f}' for n in early)} | "
                         f"{final:.1f} | "
@@ -154,16 +165,16 @@ def report_arms(args, work: Path) -> None:
             f"CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads. Command: `python "
             f"benchmarks/ab_search.py --arm NAME --trials {args.trials} --seeds {' '.join(map(str, args.seeds))} "
             f"--tasks {' '.join(repr(t) for t in args.tasks)}"
-            + (f" --work {shown(args.work)}" if Path(args.work).resolve() != DEFAULT_WORK else "")
+            + (f" --work {' '.join(shown(w) for w in work)}" if work != [DEFAULT_WORK] else "")
             + (f" --transfer-from {shown(args.transfer_from)} --model-logs {shown(args.model_logs)}"
                if args.transfer_from else "")
-            + "` from each arm's checkout, then `--report`"
+            + "` from each arm's checkout, then `--report"
             + (f" --arms {' '.join(arms)}" if args.arms else "")
             + (f" --target {args.target}" if args.target != 0.95 else "")
-            + (f" --section {args.section}" if args.section else "") + "; "
+            + (f" --section {args.section}" if args.section else "") + "`; "
             + ("xgb pre-trained on the other tasks' records" if args.transfer_from else "cold xgb")
             + ", loop features unless the arm says otherwise; a config measured by one arm is replayed for the "
-            "other; scores are first measurements.",
+            "others in its work folder; scores are first measurements.",
             "", f"| task | {args.target:.0%} of best any, GFLOPS (share of measured configs reaching it) | "
             "arm (commit) | "
             f"seeds reaching it | median trials to reach | mean best after {' / '.join(map(str, early))} trials | "
@@ -192,7 +203,9 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3"], choices=list(TASKS))
-    ap.add_argument("--work", default=str(DEFAULT_WORK))
+    ap.add_argument("--work", nargs="+", default=[str(DEFAULT_WORK)],
+                    help="work folder (--report: one or more; arms whose template versions differ run in folders of "
+                    "their own, as a config index means another config at another version)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--transfer-from", metavar="DIR", help="bench_search.py work folder: pre-train each run on "
                     "the other tasks' xgb-loop logs there (and on --model-logs)")
@@ -205,10 +218,12 @@ def main() -> None:
     if bool(args.arm) == args.report:
         ap.error("give either --arm NAME or --report")
     reexec_clean(args.threads)
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
+    work = [Path(w).resolve() for w in args.work]
     if args.arm:
-        run_arm(args, work)
+        if len(work) > 1:
+            ap.error("an arm runs in one --work folder")
+        work[0].mkdir(parents=True, exist_ok=True)
+        run_arm(args, work[0])
     else:
         report_arms(args, work)
 

@@ -44,6 +44,20 @@ def resolve(ref: str) -> Template:
     return template
 
 
+def current_records(records):
+    """The records made by the version of their template this code has (a config index of another version names
+    another config), skipping templates that no longer import."""
+    versions: dict[str, str | None] = {}
+    for r in records:
+        if r.input.template not in versions:
+            try:
+                versions[r.input.template] = resolve(r.input.template).version
+            except AutotuneError:
+                versions[r.input.template] = None
+        if versions[r.input.template] == r.template_version:
+            yield r
+
+
 def default_template_ref(op: str, target_kind: str) -> str:
     try:
         return DEFAULT_TEMPLATES[(op, target_kind)]
@@ -58,4 +72,5 @@ def ukernel_template_ref(op: str, target_kind: str) -> str:
     return UKERNEL_TEMPLATES.get((op, target_kind)) or default_template_ref(op, target_kind)
 
 
-__all__ = ["DEFAULT_TEMPLATES", "UKERNEL_TEMPLATES", "Template", "default_template_ref", "prim_func", "resolve", "ukernel_template_ref"]
+__all__ = ["DEFAULT_TEMPLATES", "UKERNEL_TEMPLATES", "Template", "current_records", "default_template_ref", "prim_func",
+           "resolve", "ukernel_template_ref"]

@@ -1,7 +1,9 @@
+import json
 import math
 
 import pytest
 
+from autotune.errors import AutotuneError
 from autotune.records import best_record, load_records
 from autotune.tune import tune
 from search_spaces import resolve
@@ -144,6 +146,14 @@ def test_real_tuning_end_to_end(tmp_path, small_matmul, worker_env):
     a, b = random_inputs(small_matmul.opdef, small_matmul.shape, "float32", seed=5)
     assert abs(kernel(a, b) - a @ b).max() < 1e-4
     assert kernel.config.index == res.best.input.config.index and min(kernel.time(a, b, repeat=2)) > 0
+    # a log made by another version of the template: its indices name other configs, so nothing is built from it
+    lines = (tmp_path / "l.jsonl").read_text().splitlines()
+    stale = [json.loads(line) for line in lines]
+    for d in stale:
+        d["template"]["version"] = "an-older-one"
+    (tmp_path / "old.jsonl").write_text("".join(json.dumps(d) + "\n" for d in stale))
+    with pytest.raises(AutotuneError, match=f"{len(lines)} made by other versions of its template"):
+        build_best(tmp_path / "old.jsonl", small_matmul)
 
 
 def test_dense_weight_is_relaid_for_the_runner_and_the_kernel(tmp_path, worker_env):

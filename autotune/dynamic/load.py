@@ -18,15 +18,8 @@ def ukernel_records(spec: DynamicSpec, records: Iterable[Record]) -> dict[int, R
     import search_spaces
 
     out: dict[int, Record] = {}
-    for recs in by_task(r for r in records if spec.matches(r.task)).values():
-        current = []
-        for r in recs:
-            try:
-                if search_spaces.resolve(r.input.template).version == r.template_version:
-                    current.append(r)
-            except AutotuneError:  # a template that is no longer importable
-                continue
-        best = best_record(current)
+    for recs in by_task(search_spaces.current_records(r for r in records if spec.matches(r.task))).values():
+        best = best_record(recs)
         if best is not None:
             out[best.task.shape[spec.dim]] = best
     return out

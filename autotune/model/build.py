@@ -124,15 +124,8 @@ def best_by_task(records: Iterable[Record]) -> dict[str, Record]:
     import search_spaces
 
     out: dict[str, Record] = {}
-    for key, recs in by_task(records).items():
-        current = []
-        for r in recs:
-            try:
-                if search_spaces.resolve(r.input.template).version == r.template_version:
-                    current.append(r)
-            except AutotuneError:  # template no longer importable
-                continue
-        best = best_record(current)
+    for key, recs in by_task(search_spaces.current_records(records)).items():
+        best = best_record(recs)
         if best is not None:
             out[key] = best
     return out
