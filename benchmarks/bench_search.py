@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, write_section
 
+DEFAULT_WORK = "benchmarks/work/search"
 TASKS = {
     "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
     "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1"),
@@ -588,7 +589,7 @@ def main() -> None:
     ap.add_argument("--quality-seeds", type=int, nargs="+", default=[0], help="seeds of the kernel comparison's "
                     "tuning runs (ours and MetaSchedule's; one table row per task and seed)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--work", default="benchmarks/work/search")
+    ap.add_argument("--work", default=DEFAULT_WORK)
     ap.add_argument("--model-logs", default=MODEL_LOGS,
                     help="logs of other tasks (bench_model.py's) also used to train the leave-one-task-out model")
     ap.add_argument("--section", default="bench_search",
@@ -681,6 +682,7 @@ def quality_section(args, work: Path) -> str:
         f"Command: `python benchmarks/bench_search.py --quality-only --quality-trials {args.quality_trials} "
         f"--ms-trials {args.ms_trials}" + (f" --quality-start {args.quality_start}" if args.quality_start else "")
         + (f" --quality-seeds {' '.join(map(str, args.quality_seeds))}" if args.quality_seeds != [0] else "")
+        + (f" --work {args.work}" if args.work != DEFAULT_WORK else "")
         + (f" --section {args.section}" if args.section != "bench_search" else "")
         + f"`; CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads. "
         f"The best config of a cold xgb run of {args.quality_trials} trials (loop features, no transfer; as "

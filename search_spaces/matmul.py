@@ -2,9 +2,9 @@
 
 Structure (SRSRS): parallel fused [batch] x i0 x j0 tiles; k0 cache blocking; mid tile i1 x j1
 (order is a knob); k1; register tile i2 x j2 with j2 vectorised (whole vectors of the target,
-8 or 16 lanes, when N allows). The accumulator C_global is written back per outer tile. The B operand can be
-packed into a tile-contiguous layout [.., N/j2, K, j2], all up front ("root") or one outer
-tile's panel at a time inside the parallel loop ("tile"). Dense's W [N, K] is a layer's weight:
+8 or 16 lanes, when N allows). The accumulator C_global is written back per outer tile. The B
+operand can be packed into a tile-contiguous layout [.., N/j2, K, j2], all up front ("root") or
+one outer tile's panel at a time inside the parallel loop ("tile"). Dense's W [N, K] is a layer's weight:
 its kernel takes W already in that layout ("pre"), packed once at build time (`Relayout`).
 """
 
