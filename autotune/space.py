@@ -153,6 +153,11 @@ class ConfigSpace:
         """Index of the config with these knob values (split factors as tuples); ValueError if one is no candidate."""
         return self.index_of([k.candidates.index(values[k.name]) for k in self.knobs])
 
+    @property
+    def register_knobs(self) -> tuple[str, ...]:
+        """Names of the split knobs whose innermost factors make the register tile (`register`, else every split)."""
+        return self.register or tuple(k.name for k in self.knobs if k.kind == "split")
+
     def allows(self, index: int) -> bool:
         """Whether a search may propose `index` (its register tile is within `max_register_tile`)."""
         return self.max_register_tile is None or math.prod(self.register_tile(index)) <= self.max_register_tile
@@ -161,7 +166,7 @@ class ConfigSpace:
         """How many configs `allows` (counted over the register knobs' candidates, not config by config)."""
         if self.max_register_tile is None:
             return len(self)
-        names = self.register or tuple(k.name for k in self.knobs if k.kind == "split")
+        names = self.register_knobs
         tiles = [[c[-1] for c in self[name].candidates] for name in names]
         within = sum(1 for tile in itertools.product(*tiles) if math.prod(tile) <= self.max_register_tile)
         return within * math.prod(len(k) for k in self.knobs if k.name not in names)

@@ -114,8 +114,7 @@ def register_tiles(records, space) -> int:
     """Distinct register tiles among a run's configs: the innermost factors of the template's `register` split knobs
     (before session 25, of every split knob), read from the recorded knob values (an arm of another template version
     may number its configs otherwise)."""
-    names = space.register or tuple(k.name for k in space.knobs if k.kind == "split")
-    return len({tuple(r.input.config.knobs[n][-1] for n in names) for r in records})
+    return len({tuple(r.input.config.knobs[n][-1] for n in space.register_knobs) for r in records})
 
 
 def report_arms(args, work: list[Path]) -> None:
