@@ -25,7 +25,8 @@ class Relayout:
 
     For an operand that is constant where the kernel runs (a layer's weight): it is relaid once,
     at build time in a whole-model build and outside the timed call when a candidate is measured.
-    `index_map` must be a bijection onto its new shape and work on numpy integer arrays.
+    `index_map` must be one-to-one and work on numpy integer arrays; the new shape is the largest
+    index it gives plus one on each axis, and elements no index maps to are zero (padding).
     """
 
     arg: int
@@ -33,11 +34,13 @@ class Relayout:
 
 
 def relayout_array(array: np.ndarray, index_map: Callable[..., tuple]) -> np.ndarray:
-    """`array` in the layout `index_map` sends each of its indices to."""
+    """`array` in the layout `index_map` sends each of its indices to (zero where nothing is sent)."""
     new = index_map(*np.indices(array.shape, sparse=False))
-    out = np.empty(tuple(int(ix.max()) + 1 for ix in new), dtype=array.dtype)
-    if out.size != array.size:
-        raise ValueError(f"relayout {array.shape} -> {out.shape} is not a bijection")
+    out = np.zeros(tuple(int(ix.max()) + 1 for ix in new), dtype=array.dtype)
+    hit = np.zeros(out.shape, dtype=bool)
+    hit[new] = True
+    if np.count_nonzero(hit) != array.size:
+        raise ValueError(f"relayout {array.shape} -> {out.shape} sends two elements to one place")
     out[new] = array
     return out
 

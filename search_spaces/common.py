@@ -11,6 +11,7 @@ from autotune.task import Task
 VECTOR_LANES = 16  # fp32 lanes a write-back or copy loop is vectorised by (one AVX-512 register, two of AVX2)
 UNROLL_STEPS = (0, 16, 64, 512)
 SPARE_REGISTERS = 2  # vector registers a register tile leaves for the operands it loads and broadcasts
+MAX_PAD = 1 / 8  # the most a padded vector tile may add to its axis (as a share of the extent)
 
 
 def register_budget(task: Task) -> int:
@@ -29,15 +30,22 @@ def vector_lanes(task: Task) -> int:
 
 
 def tile_knob(name: str, extent: int, parts: int, inner_max: int, lanes: int = 0,
-              tile_max: int | None = None, also_rows: int = 0) -> Knob:
+              tile_max: int | None = None, also_rows: int = 0, pad: bool = False) -> Knob:
     """Exact `parts`-way split of `extent` whose innermost factor is <= inner_max.
 
     With `lanes` (a vector tile), innermost factors that are whole vectors (multiples of `lanes`)
     are kept when the extent has any (else every bounded factor), plus those <= `also_rows` (for
     variants that use the axis as unrolled rows instead); `tile_max` bounds the product of the
-    inner factors. Never empty: the all-outer split (extent, 1, ..., 1) always qualifies.
+    inner factors. With `pad` as well, every whole-vector innermost factor is offered: one that does
+    not divide the extent splits it rounded up to its next multiple, when that adds at most MAX_PAD
+    (the template pads the axis). Never empty: the all-outer split (extent, 1, ..., 1) always qualifies.
     """
     cands = [c for c in split_knob(name, extent, parts).candidates if c[-1] <= inner_max]
+    if lanes and pad:
+        for inner in range(lanes, inner_max + 1, lanes):
+            padded = -(-extent // inner) * inner
+            if padded != extent and padded - extent <= MAX_PAD * extent:
+                cands += [(*c, inner) for c in split_knob(name, padded // inner, parts - 1).candidates]
     if tile_max is not None:
         cands = [c for c in cands if _prod(c[1:]) <= tile_max]
     if lanes:

@@ -2,20 +2,26 @@
 
 Structure (SRSRS): parallel fused [batch] x i0 x j0 tiles; k0 cache blocking; mid tile i1 x j1
 (order is a knob); k1; register tile i2 x j2 with j2 vectorised (whole vectors of the target,
-8 or 16 lanes, when N allows). The accumulator C_global is written back per outer tile. The B
-operand can be packed into a tile-contiguous layout [.., N/j2, K, j2], all up front ("root") or
-one outer tile's panel at a time inside the parallel loop ("tile"). Dense's W [N, K] is a layer's weight:
-its kernel takes W already in that layout ("pre"), packed once at build time (`Relayout`).
+8 or 16 lanes). The accumulator C_acc is written back to C per outer tile. The B operand can be
+packed into a tile-contiguous layout [.., N/j2, K, j2], all up front ("root") or one outer tile's
+panel at a time inside the parallel loop ("tile"). Dense's W [N, K] is a layer's weight: its kernel
+takes W already in that layout ("pre"), packed once at build time (`Relayout`).
+
+When j2 does not divide N, N is padded to the next multiple of j2 (at most MAX_PAD more): the packed
+B (or a row-major padded copy of it) has zero columns there, C_acc is computed padded and only
+C's own columns are written back. An N without a whole-vector divisor (1001 = 7 x 11 x 13) thus
+still gets vector tiles, and one that has some gets the others too (1024 -> 1032 with 4 x 24).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
-from .base import Relayout, Template, gemm_schedule
+from .base import Relayout, Template
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -45,14 +51,15 @@ class Gemm:
     b_name: str = "B"  # the second operand's buffer name
     b_transposed: bool = False  # B operand stored [N, K] (dense) instead of [K, N]
     pack_choices: tuple[str, ...] = ("none", "root", "tile")  # "pre": B arrives packed (a constant weight)
+    pad: bool = True  # may pad N to a whole number of vector tiles
 
 
 MATMUL = Gemm("M", "N", "K")
 DENSE = Gemm("batch", "out_features", "in_features", b_name="W", b_transposed=True, pack_choices=("pre",))
 BATCH_MATMUL = Gemm("M", "N", "K", batch="B", b_name="Bm")
 # A uKernel of a dynamic-shape matmul runs many times per call on row blocks of A: packing B in
-# each call would repeat the same copy, so its template reads B in place.
-MATMUL_UKERNEL = Gemm("M", "N", "K", pack_choices=("none",))
+# each call would repeat the same copy, so its template reads B in place (and so cannot pad it).
+MATMUL_UKERNEL = Gemm("M", "N", "K", pack_choices=("none",), pad=False)
 
 
 def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
@@ -60,7 +67,7 @@ def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
     p = task.shape
     return ConfigSpace(knobs=(
         tile_knob("tile_i", p[gemm.m], 3, inner_max=REG_ROWS),
-        tile_knob("tile_j", p[gemm.n], 3, inner_max=REG_COLS, lanes=vector_lanes(task)),
+        tile_knob("tile_j", p[gemm.n], 3, inner_max=REG_COLS, lanes=vector_lanes(task), pad=gemm.pad),
         tile_knob("tile_k", p[gemm.k], 2, inner_max=1024),
         choice_knob("mid_order", ("ij", "ji")),
         choice_knob("pack_b", gemm.pack_choices),
@@ -70,29 +77,75 @@ def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
 
 def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
     """Build the schedule of one config (raises on an illegal one)."""
-    sch, blk, outer_b, i, j, k = gemm_schedule(task)
-    if cfg["pack_b"] == "pre":
-        sch.transform_layout(blk, gemm.b_name, _packed_index_map(gemm, cfg["tile_j"][-1]))
+    from tvm import s_tir
+
+    jb = cfg["tile_j"][-1]
+    sch = s_tir.Schedule(_gemm_func(gemm, task, cfg))
+    blk = sch.get_sblock("C_acc")
+    *outer_b, i, j, k = sch.get_loops(blk)
     i0, i1, i2 = split(sch, i, cfg["tile_i"])
     j0, j1, j2 = split(sch, j, cfg["tile_j"])
     k0, k1 = split(sch, k, cfg["tile_k"])
     mid = (i1, j1) if cfg["mid_order"] == "ij" else (j1, i1)
     sch.reorder(*outer_b, i0, j0, k0, *mid, k1, i2, j2)
-    acc = sch.cache_write(blk, 0, "global")
-    packed = _pack_b(sch, blk, gemm, cfg["tile_j"][-1]) if cfg["pack_b"] in ("root", "tile") else None
     outer = parallel_fused(sch, [*outer_b, i0, j0])
-    sch.reverse_compute_at(acc, outer)
+    write_back = sch.get_sblock("C")
+    sch.reverse_compute_at(write_back, outer)
     sch.unroll(i2)
     vectorize_loop(sch, j2)
     decompose(sch, blk, k0)
-    vectorize_inner(sch, acc, max(VECTOR_LANES, cfg["tile_j"][-1]))
-    if cfg["pack_b"] == "root":
-        _parallel_pack(sch, packed, cfg["tile_j"][-1])
-    elif cfg["pack_b"] == "tile":  # pack just the outer tile's panel of B, cache-hot for the tile
+    vectorize_inner(sch, write_back, max(VECTOR_LANES, jb))
+    if cfg["pack_b"] == "tile":  # pack just the outer tile's panel of B, cache-hot for the tile
+        packed = sch.get_sblock("B_pack")
         sch.compute_at(packed, outer)
         vectorize_inner(sch, packed, VECTOR_LANES)
+    elif cfg["pack_b"] == "root" or (cfg["pack_b"] == "none" and math.prod(cfg["tile_j"]) != task.shape[gemm.n]):
+        copy = sch.get_sblock("B_pack" if cfg["pack_b"] == "root" else "B_pad")  # all of B first, in parallel
+        parallel_fused(sch, sch.get_loops(copy)[:len(outer_b) + 1])
+        vectorize_inner(sch, copy, jb if cfg["pack_b"] == "root" else VECTOR_LANES)
     annotate_unroll(sch, outer, cfg["auto_unroll"])
     return sch
+
+
+def _gemm_func(gemm: Gemm, task: Task, cfg: Config):
+    """The PrimFunc a config schedules: C_acc [.., M, N'] = A B' with N' = N rounded up to tile_j's product
+    (B' read from a packed or padded copy of B made in the kernel, from B in place, or, "pre", from the kernel's
+    argument already packed), and C = C_acc[.., :N]."""
+    from tvm import te
+
+    a, b, _ = task.opdef.compute(task.shape, task.dtype)
+    p = task.shape
+    n, kk = p[gemm.n], p[gemm.k]
+    batch = (p[gemm.batch],) if gemm.batch else ()
+    padded = math.prod(cfg["tile_j"])
+    jb = cfg["tile_j"][-1]
+
+    def b_at(bi, k, j):  # B'[bi, k, j], zero in the padding
+        value = b[j, k] if gemm.b_transposed else b[(*bi, k, j)]
+        return value if padded == n else te.if_then_else(j < n, value, te.const(0, task.dtype))
+
+    if cfg["pack_b"] == "pre":
+        arg = te.placeholder((*batch, padded // jb, kk, jb), task.dtype, name=gemm.b_name)
+        bt = _packed_reader(arg, jb)
+    elif cfg["pack_b"] in ("root", "tile"):
+        packed = te.compute((*batch, padded // jb, kk, jb), lambda *ix: b_at(ix[:-3], ix[-2], ix[-3] * jb + ix[-1]),
+                            name="B_pack")
+        arg, bt = b, _packed_reader(packed, jb)
+    elif padded != n:  # B read in place, from a copy with zero columns
+        copy = te.compute((*batch, kk, padded), lambda *ix: b_at(ix[:-2], ix[-2], ix[-1]), name="B_pad")
+        arg, bt = b, (lambda bi, k, j: copy[(*bi, k, j)])
+    else:
+        arg, bt = b, (lambda bi, k, j: b[j, k] if gemm.b_transposed else b[(*bi, k, j)])
+    red = te.reduce_axis((0, kk), name="k")
+    acc = te.compute((*batch, p[gemm.m], padded),
+                     lambda *ix: te.sum(a[(*ix[:-1], red)] * bt(ix[:-2], red, ix[-1]), axis=red), name="C_acc")
+    out = te.compute((*batch, p[gemm.m], n), lambda *ix: acc[ix], name="C")
+    return te.create_prim_func([a, arg, out])
+
+
+def _packed_reader(packed, jb: int):
+    """B'[bi, k, j] read from a buffer in the layout [.., N/jb, K, jb]."""
+    return lambda bi, k, j: packed[(*bi, j // jb, k, j % jb)]
 
 
 def _packed_index_map(gemm: Gemm, jb: int):
@@ -104,28 +157,11 @@ def _packed_index_map(gemm: Gemm, jb: int):
     return lambda kk, jj: (jj // jb, kk, jj % jb)
 
 
-def _pack_b(sch, blk, gemm: Gemm, jb: int):
-    """Copy the B operand into its packed layout, in the kernel (B is not constant)."""
-    packed = sch.cache_read(blk, gemm.b_name, "global")
-    sch.transform_layout(packed, ("write", 0), _packed_index_map(gemm, jb))
-    return packed
-
-
 def gemm_relayouts(gemm: Gemm, cfg: Config) -> tuple[Relayout, ...]:
-    """Operand 1 arrives packed when the config says "pre"."""
+    """Operand 1 arrives packed (zero-padded to whole tiles) when the config says "pre"."""
     if cfg["pack_b"] != "pre":
         return ()
     return (Relayout(1, _packed_index_map(gemm, cfg["tile_j"][-1])),)
-
-
-def _parallel_pack(sch, packed, jb: int) -> None:
-    """Run the packing copy as its own loop nest [batch, j/jb (parallel), k, jb (vectorised)]."""
-    loops = sch.get_loops(packed)
-    batch, (kk, jj) = loops[:-2], loops[-2:]
-    jo, ji = split(sch, jj, (int(sch.get(jj).extent) // jb, jb))
-    sch.reorder(*batch, jo, kk, ji)
-    parallel_fused(sch, [*batch, jo])
-    vectorize_loop(sch, ji)
 
 
 def matmul_space(task: Task) -> ConfigSpace:

@@ -18,10 +18,12 @@ CASES = [
     ("matmul", "M=17,N=33,K=19"),
     ("matmul", "M=1,N=1,K=1"),
     ("matmul", "M=32,N=64,K=48"),
+    ("matmul", "M=8,N=100,K=16"),  # N padded to whole vectors: 104 or 112
     ("dense", "batch=1,in_features=37,out_features=64"),
     ("dense", "batch=16,in_features=64,out_features=48"),
     ("batch_matmul", "B=3,M=17,N=32,K=9"),
     ("batch_matmul", "B=1,M=8,N=16,K=16"),
+    ("batch_matmul", "B=2,M=4,N=60,K=8"),
     ("conv2d", "C=3,H=17,W=13,K=5,R=3,S=3,stride=2,padding=0"),
     ("conv2d", "C=16,H=12,W=12,K=32,R=3,S=3,padding=2,dilation=2"),
     ("conv2d", "N=2,C=8,H=9,W=9,K=16,R=1,S=1"),
@@ -93,14 +95,23 @@ def test_space_is_nontrivial_and_round_trips(op: str, shape: str) -> None:
 
 @pytest.mark.parametrize("op,shape", CASES)
 def test_tile_knobs_are_exact_and_bounded(op: str, shape: str) -> None:
+    """Every split multiplies to its axis, except a GEMM's N tiles: to N rounded up to whole vector tiles."""
+    from search_spaces.common import MAX_PAD, vector_lanes
+
     task = _task(op, shape)
     space = _template(task).define_space(task)
     splits = [k for k in space.knobs if k.kind == "split"]
     assert splits
     for knob in splits:
         extents = {math.prod(c) for c in knob.candidates}
-        assert len(extents) == 1, f"{knob.name}: factors do not all multiply to the same extent"
+        exact = min(extents)
         assert all(c[-1] <= 64 for c in knob.candidates), knob.name
+        if task.op in ("matmul", "dense", "batch_matmul") and knob.name == "tile_j":
+            padded = [c for c in knob.candidates if math.prod(c) != exact]
+            assert all(c[-1] % vector_lanes(task) == 0 and math.prod(c) == -(-exact // c[-1]) * c[-1]
+                       and math.prod(c) <= exact * (1 + MAX_PAD) for c in padded), knob.name
+        else:
+            assert len(extents) == 1, f"{knob.name}: factors do not all multiply to the same extent"
 
 
 AVX2 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2, "mattr": ["-avx512f"]}  # a Zen 4 without AVX-512
@@ -111,13 +122,13 @@ def test_vectorised_axis_prefers_whole_vectors_of_the_target() -> None:
     for target, lanes in ((AVX2, 8), (AVX512, 16)):
         task = make_task("matmul", "M=1024,N=1024,K=1024", target=target)
         space = _template(task).define_space(task)
-        assert {c[-1] for c in space["tile_j"].candidates} == {lanes, 16, 32, 64}
+        assert {c[-1] for c in space["tile_j"].candidates} == set(range(lanes, 65, lanes))  # 24: N padded to 1032
         assert all(c[-1] <= 16 for c in space["tile_i"].candidates)
         conv = make_task("conv2d", "C=64,H=56,W=56,K=64,R=3,S=3,padding=1", target=target)
         assert {c[-1] for c in _template(conv).define_space(conv)["tile_k"].candidates} == {lanes, 16, 32, 64}
         dense = make_task("dense", "batch=128,in_features=768,out_features=3072", target=target)
         inner = {c[-1] for c in _template(dense).define_space(dense)["tile_j"].candidates}
-        assert inner == ({8, 16, 24, 32, 48, 64} if lanes == 8 else {16, 32, 48, 64})  # 3072 = 2^10 x 3
+        assert inner == set(range(lanes, 65, lanes))  # 3072 = 2^10 x 3; 40 and 56 padded to 3080
 
 
 def test_a_vector_of_other_than_a_power_of_two_lanes_is_unrolled_vectors() -> None:
@@ -161,9 +172,9 @@ def test_matmul_schedule_structure() -> None:
     assert "T.parallel(4" in script  # i0 x j0 fused
     assert "T.vectorized(64)" in script
     assert "T.unroll(8)" in script
-    assert "B_global = T.sblock_alloc_buffer((2, 32, 64))" in script  # packed [N/64, K, 64]
+    assert "B_pack = T.sblock_alloc_buffer((2, 32, 64))" in script  # packed [N/64, K, 64]
     assert '"pragma_auto_unroll_max_step": 16' in script
-    assert 'T.sblock("C_init")' in script and 'T.sblock("C_global")' in script
+    assert 'T.sblock("C_acc_init")' in script and 'T.sblock("C")' in script  # the accumulator, its write-back
     no_unroll = _config(space, tile_i=(2, 4, 8), tile_j=(2, 1, 64), tile_k=(2, 16), auto_unroll=0)
     assert "pragma_auto_unroll_max_step" not in _template(task).apply(task, no_unroll).mod.script()
 
@@ -181,6 +192,46 @@ def test_dense_takes_weight_packed_ahead() -> None:
     assert _run(task, template.apply(task, cfg), template, cfg) is None
     with pytest.raises(ValueError, match="W"):  # W in its own layout is refused
         _run(task, template.apply(task, cfg))
+
+
+def test_gemm_pads_n_to_whole_vector_tiles() -> None:
+    """N = 1001 (7 x 11 x 13) has no divisor of 8 lanes: it is padded to 1008, 1024 or 1040, and every way of making
+    the padded B (packed in the kernel, packed per tile, a padded copy, dense's weight packed ahead) computes C."""
+    dense = make_task("dense", "batch=128,in_features=768,out_features=1001", target=AVX2)
+    cands = _template(dense).define_space(dense)["tile_j"].candidates
+    assert {c[-1] for c in cands} == set(range(8, 65, 8)) and {math.prod(c) for c in cands} == {1008, 1024, 1040}
+    ukernel = make_task("matmul", "M=128,N=1001,K=64", target=AVX2)
+    exact = resolve("search_spaces.matmul:MATMUL_UKERNEL_CPU").define_space(ukernel)["tile_j"].candidates
+    assert {math.prod(c) for c in exact} == {1001}  # it reads B in place: no padding
+    for op, shape, packs in (("matmul", "M=16,N=60,K=24", ("root", "tile", "none")),
+                             ("batch_matmul", "B=2,M=8,N=60,K=8", ("root", "tile", "none")),
+                             ("dense", "batch=8,in_features=24,out_features=60", ("pre",))):
+        task = make_task(op, shape, target=AVX2)
+        template = _template(task)
+        space = template.define_space(task)
+        for pack in packs:
+            cfg = _config(space, tile_j=(4, 1, 16), pack_b=pack)  # 64 columns, 4 of them zero
+            sch = template.apply(task, cfg)
+            script = sch.mod.script()
+            assert "C_acc = T.sblock_alloc_buffer" in script and "64)" in script.split("C_acc = ")[1].split("\n")[0]
+            assert "T.vectorized(16)" in script
+            assert _run(task, sch, template, cfg) is None, (op, pack)
+    task = make_task("dense", "batch=1,in_features=4,out_features=60", target=AVX2)
+    x, w = random_inputs(task.opdef, task.shape, task.dtype)
+    cfg = _config(_template(task).define_space(task), tile_j=(8, 1, 8), pack_b="pre")
+    packed = _template(task).kernel_inputs(task, cfg, [x, w])[1]
+    assert packed.shape == (8, 4, 8) and np.array_equal(packed[7, :, 4:], np.zeros((4, 4), np.float32))
+    assert np.array_equal(packed.transpose(0, 2, 1).reshape(64, 4)[:60], w)
+
+
+def test_a_relayout_may_pad_but_not_merge() -> None:
+    from search_spaces.base import relayout_array
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert np.array_equal(relayout_array(a, lambda i, j: (j, i)), a.T)
+    assert np.array_equal(relayout_array(a, lambda i, j: (i, j + 1)), [[0, 0, 1, 2], [0, 3, 4, 5]])
+    with pytest.raises(ValueError, match="two elements"):
+        relayout_array(a, lambda i, j: (i, j // 2))
 
 
 def test_conv2d_packed_variant_structure() -> None:
@@ -239,7 +290,7 @@ def test_template_version_fingerprints_schedules(tmp_path, monkeypatch) -> None:
 
     def apply_unrolled(task, cfg):  # one more annotation: another schedule
         sch = matmul_apply(task, cfg)
-        sch.annotate(sch.get_loops(sch.get_sblock("C_update"))[0], "pragma_auto_unroll_max_step", 7)
+        sch.annotate(sch.get_loops(sch.get_sblock("C_acc_update"))[0], "pragma_auto_unroll_max_step", 7)
         return sch
 
     def space_other_on_avx2(task):  # the same space on AVX-512, knobs in another order on AVX2
