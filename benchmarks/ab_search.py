@@ -35,6 +35,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
 from bench_search import (
+    OTHER_TASKS,
     TASKS,
     ReplayingBuilder,
     ReplayingRunner,
@@ -45,7 +46,7 @@ from bench_search import (
     trials_to_reach,
 )
 
-
+AB_TASKS = {**TASKS, **OTHER_TASKS}
 DEFAULT_WORK = Path(ROOT, "benchmarks", "work", "ab").resolve()
 EARLY = (8, 16, 32)  # the report gives each arm's mean best after these many trials
 
@@ -86,7 +87,7 @@ def run_arm(args, work: Path) -> None:
     builder, runner = LocalBuilder(), LocalRunner()
     try:
         for label in args.tasks:
-            task = make_task(*TASKS[label])
+            task = make_task(*AB_TASKS[label])
             tdir = work / task.key
             tdir.mkdir(parents=True, exist_ok=True)
             known = first_measurements(tdir)
@@ -137,7 +138,7 @@ def report_arms(args, work: list[Path]) -> None:
     rows = []
     early = [n for n in EARLY if n < args.trials]
     for label in args.tasks:
-        task = make_task(*TASKS[label])
+        task = make_task(*AB_TASKS[label])
         runs = {arm: [load_records(folder[arm] / task.key / f"{arm}-s{s}.jsonl")[: args.trials] for s in args.seeds]
                 for arm in arms}
         scores = {w: {i: task.flops / res.mean_s / 1e9 if res.ok else 0.0
@@ -201,7 +202,7 @@ def main() -> None:
                     help="xgb, roofline cold start: share of the first batch drawn at random instead")
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3"], choices=list(TASKS))
+    ap.add_argument("--tasks", nargs="+", default=["matmul 1024^3"], choices=list(AB_TASKS))
     ap.add_argument("--work", nargs="+", default=[str(DEFAULT_WORK)],
                     help="work folder (--report: one or more; arms whose template versions differ run in folders of "
                     "their own, as a config index means another config at another version)")

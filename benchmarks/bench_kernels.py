@@ -3,6 +3,7 @@ and numpy in the same process. Writes the table into benchmarks/RESULTS.md (sect
 
     python benchmarks/bench_kernels.py --trials 200            # tune (resumes logs) + compare
     python benchmarks/bench_kernels.py --trials 200 --no-tune  # compare only, from existing logs
+    python benchmarks/bench_kernels.py --tasks "dense 128x768->1001" --section bench_kernels_odd  # other shapes
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _baselines import median_time, torch_fn  # noqa: E402
 from _common import blas_info, reexec_clean, write_section  # noqa: E402
+from bench_search import OTHER_TASKS  # noqa: E402
 
 TASKS = {
     "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
@@ -35,6 +37,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--logs", default="benchmarks/work/kernels")
     ap.add_argument("--no-tune", action="store_true")
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=[*TASKS, *OTHER_TASKS])
+    ap.add_argument("--section", default="bench_kernels")
     args = ap.parse_args()
     reexec_clean(args.threads)
 
@@ -47,8 +51,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     rows, notes = [], []
-    for label, (op, shape) in TASKS.items():
-        task = make_task(op, shape)
+    for label in args.tasks:
+        task = make_task(*{**TASKS, **OTHER_TASKS}[label])
         log = os.path.join(args.logs, f"{task.key}.jsonl")
         t0 = time.time()
         if not args.no_tune:
@@ -72,7 +76,9 @@ def main() -> None:
     body = "\n".join([
         "## Kernels: tuned autotune kernel vs torch and numpy (`benchmarks/bench_kernels.py`)",
         "",
-        f"Command: `python benchmarks/bench_kernels.py --trials {args.trials} --tuner {args.tuner}`; "
+        f"Command: `python benchmarks/bench_kernels.py --trials {args.trials} --tuner {args.tuner}"
+        + (" --tasks " + " ".join(f'"{t}"' for t in args.tasks) if args.tasks != list(TASKS) else "")
+        + (f" --section {args.section}" if args.section != "bench_kernels" else "") + "`; "
         f"{args.threads} threads everywhere (TVM_NUM_THREADS, torch.set_num_threads, OpenBLAS); "
         f"OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset in this process. numpy BLAS: {blas_info()}; "
         f"torch {torch.__version__} (matmul: MKL, conv2d: oneDNN). Median of 7 timed samples, same inputs, same process.",
@@ -80,7 +86,7 @@ def main() -> None:
         "| task | trials | autotune GFLOPS | torch GFLOPS | numpy GFLOPS | vs torch | vs numpy |",
         "|---|---|---|---|---|---|---|",
         *rows, "", *notes])
-    write_section("bench_kernels", body)
+    write_section(args.section, body)
     print(body)
 
 

@@ -34,6 +34,9 @@ TASKS = {
     "conv2d 256x14x14 3x3": ("conv2d", "N=1,C=256,H=14,W=14,K=256,R=3,S=3,stride=1,padding=1"),
     "dense 128x768->3072": ("dense", "batch=128,in_features=768,out_features=3072"),
 }
+OTHER_TASKS = {  # shapes outside the four, for A/B runs and kernel comparisons (ab_search.py, bench_kernels.py)
+    "dense 128x768->1001": ("dense", "batch=128,in_features=768,out_features=1001"),  # N = 7 x 11 x 13: no 8 divides
+}
 METHODS = {  # name -> (tuner, tuner options, uses transfer)
     "random": ("random", {}, False),
     "xgb-loop": ("xgb", {"features": "loop"}, False),

@@ -120,8 +120,11 @@ def _gemm_func(gemm: Gemm, task: Task, cfg: Config):
     padded = math.prod(cfg["tile_j"])
     jb = cfg["tile_j"][-1]
 
+    def b_in_place(bi, k, j):  # B'[bi, k, j] read from B
+        return b[j, k] if gemm.b_transposed else b[(*bi, k, j)]
+
     def b_at(bi, k, j):  # B'[bi, k, j], zero in the padding
-        value = b[j, k] if gemm.b_transposed else b[(*bi, k, j)]
+        value = b_in_place(bi, k, j)
         return value if padded == n else te.if_then_else(j < n, value, te.const(0, task.dtype))
 
     if cfg["pack_b"] == "pre":
@@ -135,7 +138,7 @@ def _gemm_func(gemm: Gemm, task: Task, cfg: Config):
         copy = te.compute((*batch, kk, padded), lambda *ix: b_at(ix[:-2], ix[-2], ix[-1]), name="B_pad")
         arg, bt = b, (lambda bi, k, j: copy[(*bi, k, j)])
     else:
-        arg, bt = b, (lambda bi, k, j: b[j, k] if gemm.b_transposed else b[(*bi, k, j)])
+        arg, bt = b, b_in_place
     red = te.reduce_axis((0, kk), name="k")
     acc = te.compute((*batch, p[gemm.m], padded),
                      lambda *ix: te.sum(a[(*ix[:-1], red)] * bt(ix[:-2], red, ix[-1]), axis=red), name="C_acc")
