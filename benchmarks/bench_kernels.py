@@ -22,6 +22,7 @@ TASKS = {
     "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
     "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1"),
 }
+ALL_TASKS = {**TASKS, **OTHER_TASKS}  # --tasks may name these too
 
 
 def _numpy_fn(task, arrays):
@@ -37,7 +38,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--logs", default="benchmarks/work/kernels")
     ap.add_argument("--no-tune", action="store_true")
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=[*TASKS, *OTHER_TASKS])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(ALL_TASKS))
     ap.add_argument("--section", default="bench_kernels")
     args = ap.parse_args()
     reexec_clean(args.threads)
@@ -52,7 +53,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     rows, notes = [], []
     for label in args.tasks:
-        task = make_task(*{**TASKS, **OTHER_TASKS}[label])
+        task = make_task(*ALL_TASKS[label])
         log = os.path.join(args.logs, f"{task.key}.jsonl")
         t0 = time.time()
         if not args.no_tune:

@@ -15,6 +15,7 @@ still gets vector tiles, and one that has some gets the others too (1024 -> 1032
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -80,7 +81,8 @@ def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
     from tvm import s_tir
 
     jb = cfg["tile_j"][-1]
-    sch = s_tir.Schedule(_gemm_func(gemm, task, cfg))
+    source = _b_source(gemm, task, cfg)
+    sch = s_tir.Schedule(_gemm_func(gemm, task, math.prod(cfg["tile_j"]), jb, source))
     blk = sch.get_sblock("C_acc")
     *outer_b, i, j, k = sch.get_loops(blk)
     i0, i1, i2 = split(sch, i, cfg["tile_i"])
@@ -99,26 +101,34 @@ def apply_gemm(gemm: Gemm, task: Task, cfg: Config):
         packed = sch.get_sblock("B_pack")
         sch.compute_at(packed, outer)
         vectorize_inner(sch, packed, VECTOR_LANES)
-    elif cfg["pack_b"] == "root" or (cfg["pack_b"] == "none" and math.prod(cfg["tile_j"]) != task.shape[gemm.n]):
-        copy = sch.get_sblock("B_pack" if cfg["pack_b"] == "root" else "B_pad")  # all of B first, in parallel
+    elif source in ("pack", "pad"):  # all of B first, as its own parallel loop nest
+        copy = sch.get_sblock("B_pack" if source == "pack" else "B_pad")
         parallel_fused(sch, sch.get_loops(copy)[:len(outer_b) + 1])
-        vectorize_inner(sch, copy, jb if cfg["pack_b"] == "root" else VECTOR_LANES)
+        vectorize_inner(sch, copy, jb if source == "pack" else VECTOR_LANES)
     annotate_unroll(sch, outer, cfg["auto_unroll"])
     return sch
 
 
-def _gemm_func(gemm: Gemm, task: Task, cfg: Config):
-    """The PrimFunc a config schedules: C_acc [.., M, N'] = A B' with N' = N rounded up to tile_j's product
-    (B' read from a packed or padded copy of B made in the kernel, from B in place, or, "pre", from the kernel's
-    argument already packed), and C = C_acc[.., :N]."""
+def _b_source(gemm: Gemm, task: Task, cfg: Config) -> str:
+    """Where the kernel reads B' from: "pre" (its argument, packed ahead), "pack" (B packed in the kernel), "pad"
+    (a row-major copy of B with zero columns) or "in_place" (B itself)."""
+    if cfg["pack_b"] in ("root", "tile"):
+        return "pack"
+    if cfg["pack_b"] == "pre":
+        return "pre"
+    return "pad" if math.prod(cfg["tile_j"]) != task.shape[gemm.n] else "in_place"
+
+
+@functools.lru_cache(maxsize=256)
+def _gemm_func(gemm: Gemm, task: Task, padded: int, jb: int, source: str):
+    """The PrimFunc a config schedules: C_acc [.., M, padded] = A B' (N rounded up to `padded`, a multiple of jb; B'
+    read as `source` says), and C = C_acc[.., :N]. Cached: configs that differ in their schedule only share it."""
     from tvm import te
 
     a, b, _ = task.opdef.compute(task.shape, task.dtype)
     p = task.shape
     n, kk = p[gemm.n], p[gemm.k]
     batch = (p[gemm.batch],) if gemm.batch else ()
-    padded = math.prod(cfg["tile_j"])
-    jb = cfg["tile_j"][-1]
 
     def b_in_place(bi, k, j):  # B'[bi, k, j] read from B
         return b[j, k] if gemm.b_transposed else b[(*bi, k, j)]
@@ -127,18 +137,17 @@ def _gemm_func(gemm: Gemm, task: Task, cfg: Config):
         value = b_in_place(bi, k, j)
         return value if padded == n else te.if_then_else(j < n, value, te.const(0, task.dtype))
 
-    if cfg["pack_b"] == "pre":
+    arg, bt = b, b_in_place
+    if source == "pre":
         arg = te.placeholder((*batch, padded // jb, kk, jb), task.dtype, name=gemm.b_name)
         bt = _packed_reader(arg, jb)
-    elif cfg["pack_b"] in ("root", "tile"):
+    elif source == "pack":
         packed = te.compute((*batch, padded // jb, kk, jb), lambda *ix: b_at(ix[:-3], ix[-2], ix[-3] * jb + ix[-1]),
                             name="B_pack")
-        arg, bt = b, _packed_reader(packed, jb)
-    elif padded != n:  # B read in place, from a copy with zero columns
+        bt = _packed_reader(packed, jb)
+    elif source == "pad":
         copy = te.compute((*batch, kk, padded), lambda *ix: b_at(ix[:-2], ix[-2], ix[-1]), name="B_pad")
-        arg, bt = b, (lambda bi, k, j: copy[(*bi, k, j)])
-    else:
-        arg, bt = b, b_in_place
+        bt = lambda bi, k, j: copy[(*bi, k, j)]  # noqa: E731
     red = te.reduce_axis((0, kk), name="k")
     acc = te.compute((*batch, p[gemm.m], padded),
                      lambda *ix: te.sum(a[(*ix[:-1], red)] * bt(ix[:-2], red, ix[-1]), axis=red), name="C_acc")
