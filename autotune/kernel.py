@@ -11,7 +11,7 @@ import numpy as np
 from .errors import AutotuneError
 from .records import Record, best_record, load_records
 from .space import Config
-from .target import to_tvm_target
+from .target import to_tvm_target, use_target_threads
 from .task import Task
 
 
@@ -38,6 +38,7 @@ class Kernel:
         if len(inputs) != len(shapes) or any(tuple(a.shape) != s for a, s in zip(inputs, shapes)):
             raise AutotuneError(f"{self.task.op} expects inputs of shapes {shapes}, got "
                                 f"{[tuple(a.shape) for a in inputs]}")
+        use_target_threads(self.task.target)
         dev = self.device
         arrays = [np.ascontiguousarray(a, dtype=self.task.dtype) for a in inputs]
         if self.template is not None and self.config is not None:
@@ -51,7 +52,7 @@ class Kernel:
         return args[-1].numpy()
 
     def time(self, *inputs: np.ndarray, repeat: int = 5, min_repeat_ms: float = 200) -> list[float]:
-        """Seconds per call, one value per repeat (CPU threads: TVM_NUM_THREADS of this process)."""
+        """Seconds per call, one value per repeat (CPU threads: the target's `num-cores`, see `use_target_threads`)."""
         timer = self.executable.mod.time_evaluator("main", self.device, number=1, repeat=repeat,
                                                    min_repeat_ms=min_repeat_ms)
         return list(timer(*self._args(inputs)).results)

@@ -67,3 +67,14 @@ def cwd_tmp(tmp_path, monkeypatch):
 def worker_env(monkeypatch):
     """Worker processes started by a test find `tests.*` through PYTHONPATH."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.fixture(autouse=True)
+def _kernel_threads_env():
+    """A kernel run in the test process sets TVM_NUM_THREADS (`use_target_threads`): kept from later tests."""
+    before = os.environ.get("TVM_NUM_THREADS")
+    yield
+    if before is None:
+        os.environ.pop("TVM_NUM_THREADS", None)
+    else:
+        os.environ["TVM_NUM_THREADS"] = before

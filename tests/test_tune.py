@@ -168,3 +168,49 @@ def test_dense_weight_is_relaid_for_the_runner_and_the_kernel(tmp_path, worker_e
     kernel = build_best(tmp_path / "d.jsonl", task)
     x, w = random_inputs(task.opdef, task.shape, "float32", seed=5)
     assert abs(kernel(x, w) - x @ w.T).max() < 1e-4
+
+
+_THREADS_SCRIPT = """
+import sys, warnings
+import numpy as np
+import tvm
+from autotune import make_task
+from autotune.kernel import compile_config
+from autotune.target import parse_target
+cores = parse_target("llvm")["num-cores"]
+if sys.argv[1] == "pool-started":
+    tvm.runtime.num_threads()  # starts TVM's pool with its own default
+task = make_task("matmul", "M=16,N=16,K=16", target={"kind": "llvm", "num-cores": 3})
+kernel = compile_config(task, 0)
+a = np.ones((16, 16), "float32")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert abs(kernel(a, a) - 16).max() < 1e-5
+assert parse_target("llvm")["num-cores"] == cores  # a started pool pins this thread to one core: read once
+print(tvm.runtime.num_threads(), sum("TVM_NUM_THREADS=3" in str(w.message) for w in caught))
+"""
+
+
+@pytest.mark.parametrize("case, env", [
+    ("fresh", None),  # the target's num-cores (at most the cores there are), not TVM's default
+    ("fresh", "1"),  # the user's TVM_NUM_THREADS wins
+    ("pool-started", None),  # too late to change: a warning names the fix
+])
+def test_kernels_run_on_the_targets_threads(case, env):
+    import os
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    if env:
+        full["TVM_NUM_THREADS"] = env
+    out = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, case], env=full, capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    target_threads = min(3, os.cpu_count() or 1)
+    tvm_default = max(1, (os.cpu_count() or 1) // 2)  # TVM's own choice on x86: half the logical CPUs
+    if env:
+        assert out == [env, "0"]
+    elif case == "fresh":
+        assert out == [str(target_threads), "0"]
+    elif tvm_default != target_threads:
+        assert out == [str(tvm_default), "1"]

@@ -217,11 +217,12 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
-    from ..target import parse_target, to_tvm_target
+    from ..target import parse_target, to_tvm_target, use_target_threads
 
     tgt = parse_target(target)
     if tgt["kind"] != "llvm":
         raise AutotuneError("dynamic model builds run on the CPU (llvm) only")
+    use_target_threads(tgt)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

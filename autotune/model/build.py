@@ -255,12 +255,13 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     import search_spaces
 
     from ..dynamic.model import build_dynamic_model, dynamic_program
-    from ..target import to_tvm_target
+    from ..target import to_tvm_target, use_target_threads
 
     program = None if isinstance(model, Captured) else dynamic_program(model)
     if program is not None:  # a symbolic input size (torch.export Dim): dynamic kernels for its matmuls
         return build_dynamic_model(program, logs, target, records=records, name=str(model)[:80])
     tgt = resolve_target(target)
+    use_target_threads(tgt)  # before FoldConstant or a first call starts TVM's thread pool
     captured = model if isinstance(model, Captured) else capture(model, inputs)
     sites, skipped = find_sites(captured.mod, tgt)
     with warnings.catch_warnings():
