@@ -22,7 +22,11 @@ TASKS = {
     "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
     "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1"),
 }
-ALL_TASKS = {**TASKS, **OTHER_TASKS}  # --tasks may name these too
+DEPTHWISE_TASKS = {  # MobileNetV2's depthwise 3x3 layers (224x224 input): early, middle, late
+    f"depthwise {c}x{h}x{h} 3x3": ("depthwise_conv2d", f"N=1,C={c},H={h},W={h},R=3,S=3,stride=1,padding=1")
+    for c, h in ((32, 112), (144, 56), (384, 14))
+}
+ALL_TASKS = {**TASKS, **OTHER_TASKS, **DEPTHWISE_TASKS}  # --tasks may name these too
 
 
 def _numpy_fn(task, arrays):
@@ -82,7 +86,7 @@ def main() -> None:
         + (f" --section {args.section}" if args.section != "bench_kernels" else "") + "`; "
         f"{args.threads} threads everywhere (TVM_NUM_THREADS, torch.set_num_threads, OpenBLAS); "
         f"OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset in this process. numpy BLAS: {blas_info()}; "
-        f"torch {torch.__version__} (matmul: MKL, conv2d: oneDNN). Median of 7 timed samples, same inputs, same process.",
+        f"torch {torch.__version__} (matmul: MKL, convolutions: oneDNN). Median of 7 timed samples, same inputs, same process.",
         "",
         "| task | trials | autotune GFLOPS | torch GFLOPS | numpy GFLOPS | vs torch | vs numpy |",
         "|---|---|---|---|---|---|---|",
