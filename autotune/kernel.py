@@ -25,6 +25,9 @@ class Kernel:
     executable: Any
     template: Any = None  # the Template of `config` (it may take constant operands relaid)
 
+    def __post_init__(self):
+        use_target_threads(self.task.target)  # once, before the kernel's first run starts TVM's thread pool
+
     @property
     def device(self):
         import tvm
@@ -38,7 +41,6 @@ class Kernel:
         if len(inputs) != len(shapes) or any(tuple(a.shape) != s for a, s in zip(inputs, shapes)):
             raise AutotuneError(f"{self.task.op} expects inputs of shapes {shapes}, got "
                                 f"{[tuple(a.shape) for a in inputs]}")
-        use_target_threads(self.task.target)
         dev = self.device
         arrays = [np.ascontiguousarray(a, dtype=self.task.dtype) for a in inputs]
         if self.template is not None and self.config is not None:

@@ -1,5 +1,8 @@
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -181,10 +184,10 @@ cores = parse_target("llvm")["num-cores"]
 if sys.argv[1] == "pool-started":
     tvm.runtime.num_threads()  # starts TVM's pool with its own default
 task = make_task("matmul", "M=16,N=16,K=16", target={"kind": "llvm", "num-cores": 3})
-kernel = compile_config(task, 0)
 a = np.ones((16, 16), "float32")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
+    kernel = compile_config(task, 0)
     assert abs(kernel(a, a) - 16).max() < 1e-5
 assert parse_target("llvm")["num-cores"] == cores  # a started pool pins this thread to one core: read once
 print(tvm.runtime.num_threads(), sum("TVM_NUM_THREADS=3" in str(w.message) for w in caught))
@@ -197,10 +200,6 @@ print(tvm.runtime.num_threads(), sum("TVM_NUM_THREADS=3" in str(w.message) for w
     ("pool-started", None),  # too late to change: a warning names the fix
 ])
 def test_kernels_run_on_the_targets_threads(case, env):
-    import os
-    import subprocess
-    import sys
-
     full = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
     if env:
         full["TVM_NUM_THREADS"] = env
