@@ -66,7 +66,8 @@ def arm_label(args, commit: str) -> str:
         return (f"{commit}, transfer from {shown(args.transfer_from)} and {shown(args.model_logs)}"
                 + (f", {args.transfer_explore:.0%} of the first batch random" if args.transfer_explore is not None
                    else "")
-                + (f", transfer half-life {args.transfer_halflife}" if args.transfer_halflife is not None else ""))
+                + (f", transfer half-life {args.transfer_halflife}" if args.transfer_halflife is not None else "")
+                + (f", transfer fit {args.transfer_fit}" if args.transfer_fit is not None else ""))
     if args.features != "loop":
         return f"{commit}, {args.features} features"
     if args.cold_start == "roofline":
@@ -99,6 +100,8 @@ def run_arm(args, work: Path) -> None:
                     options["transfer_explore"] = args.transfer_explore
                 if args.transfer_halflife is not None:
                     options["transfer_halflife"] = args.transfer_halflife
+                if args.transfer_fit is not None:
+                    options["transfer_fit"] = args.transfer_fit
             for seed in args.seeds:
                 t0 = time.time()
                 res = tune(task, trials=args.trials, tuner=args.tuner, log=tdir / f"{args.arm}-s{seed}.jsonl",
@@ -198,6 +201,8 @@ def main() -> None:
                     "share of batches while only transferred records guide the search (default: the tuner's)")
     ap.add_argument("--transfer-halflife", type=int, metavar="N", help="with --transfer-from: own records after "
                     "which the task's own rows weigh as much as all transferred ones (default: the tuner's)")
+    ap.add_argument("--transfer-fit", choices=("pool", "finetune"), help="with --transfer-from: how the transferred "
+                    "and the task's own records train the model (XGBTuner transfer_fit; default: the tuner's)")
     ap.add_argument("--cold-random", type=float, default=0.0, metavar="SHARE",
                     help="xgb, roofline cold start: share of the first batch drawn at random instead")
     ap.add_argument("--trials", type=int, default=256)

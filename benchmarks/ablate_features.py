@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
-from bench_search import TASKS, _spearman, config_rows, search_records
+from bench_search import TASKS, config_rows, search_records
 
 FEATURE_SETS = ("all", "no register", "no curve", "no levels", "pooled", "knob")
 IN_TASK_TRAIN = (64, 300)
@@ -70,14 +70,14 @@ def task_data(work: Path, label: str):
 def in_task(X, y, n_train: int, rng) -> float:
     import numpy as np
 
-    from cost_models import XGBCostModel
+    from cost_models import XGBCostModel, rank_correlation
 
     scores = []
     for _ in range(SPLITS):
         perm = rng.permutation(len(y))
         train, test = perm[:n_train], perm[n_train:]
         model = XGBCostModel().fit(X[train], y[train], np.zeros(len(train), dtype=int))
-        scores.append(_spearman(model.predict(X[test]), y[test]))
+        scores.append(rank_correlation(model.predict(X[test]), y[test]))
     return float(np.mean(scores))
 
 
@@ -95,7 +95,7 @@ def leave_one_out(data: dict, label: str, cols, model_seeds: int = MODEL_SEEDS, 
     tasks of `data`, plus the tasks of the `extra` Dataset when given."""
     import numpy as np
 
-    from cost_models import XGBCostModel
+    from cost_models import XGBCostModel, rank_correlation
 
     others = [o for o in data if o != label]
     X = np.vstack([data[o][0][:, cols] for o in others] + ([extra.X[:, cols]] if extra else []))
@@ -107,8 +107,8 @@ def leave_one_out(data: dict, label: str, cols, model_seeds: int = MODEL_SEEDS, 
     for seed in range(model_seeds):
         model = XGBCostModel(seed=seed, subsample=0.8, colsample_bytree=0.8).fit(X, y, groups)
         pred = model.predict(loop[:, cols])
-        every.append(_spearman(pred, y_test))
-        random_ones.append(_spearman(pred[drawn], y_test[drawn]))
+        every.append(rank_correlation(pred, y_test))
+        random_ones.append(rank_correlation(pred[drawn], y_test[drawn]))
     return float(np.mean(every)), float(np.mean(random_ones))
 
 

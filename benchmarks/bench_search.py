@@ -352,7 +352,7 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
     import numpy as np
 
     from autotune import load_records, make_task
-    from cost_models import records_dataset, train_from_records
+    from cost_models import rank_correlation, records_dataset, train_from_records
 
     by_task = {}
     for label in labels:
@@ -391,7 +391,7 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
                 top_true = set(np.argsort(-test.y)[:10])
                 top_pred = np.argsort(-pred)[:10]
                 rows.append(f"| {label} | {what} | {len(train)} | {len(test)} | {objective} | "
-                            f"{_spearman(pred, test.y):.2f} | {_spearman(model.predict(drawn.X), drawn.y):.2f} | "
+                            f"{rank_correlation(pred, test.y):.2f} | {rank_correlation(model.predict(drawn.X), drawn.y):.2f} | "
                             f"{len(top_true & set(top_pred)) / 10:.1f} | {test.y[top_pred].max() / test.y.max():.2f} |")
     return rows + ["", "Timing noise and the Spearman a model that knew every config's true speed would score "
                    "against one timing of each (sigma: spread of log-throughput over a contender's re-timings; "
@@ -432,8 +432,10 @@ def noise_ceiling(y, sigma: float, draws: int = 50) -> float:
     """Mean Spearman between throughputs `y` and `y` with one timing's noise (log-normal, `sigma`) added."""
     import numpy as np
 
+    from cost_models import rank_correlation
+
     rng = np.random.default_rng(0)
-    return float(np.mean([_spearman(y, y * np.exp(sigma * rng.standard_normal(len(y)))) for _ in range(draws)]))
+    return float(np.mean([rank_correlation(y, y * np.exp(sigma * rng.standard_normal(len(y)))) for _ in range(draws)]))
 
 
 def extraction_speed(labels, n: int = 192) -> list[str]:
@@ -465,13 +467,6 @@ def extraction_speed(labels, n: int = 192) -> list[str]:
             rows.append(f"| {label} | {rate['loop']:.0f} | {rate['pool']:.0f} | {rate['knob']:.0f} | "
                         f"{16 * 17 / rate['loop']:.1f} |")
     return rows
-
-
-def _spearman(a, b) -> float:
-    import numpy as np
-
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def kernel_quality(args, work: Path) -> list[str]:

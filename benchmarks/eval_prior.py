@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean, report
-from bench_search import TASKS, _spearman, config_rows, search_records
+from bench_search import TASKS, config_rows, search_records
 
 
 def random_configs(work: Path, label: str):
@@ -66,6 +66,7 @@ def main() -> None:
 
     from autotune.hardware import cpu_model
     from autotune.tuners.xgb import COLD_BATCH, COLD_POOL
+    from cost_models import rank_correlation
     from cost_models.prior import prior_scores
 
     t0 = time.time()
@@ -78,7 +79,7 @@ def main() -> None:
         scores = prior_scores(X, cpu)
         ok = np.isfinite(scores)
         prior, blind = first_batches(space, indices, scores, y, args.draws, np.random.default_rng(0))
-        rows.append(f"| {label} | {len(indices)} | {_spearman(scores[ok], y[ok]):.2f} | "
+        rows.append(f"| {label} | {len(indices)} | {rank_correlation(scores[ok], y[ok]):.2f} | "
                     f"{prior.mean():.0%} / {np.percentile(prior, 10):.0%} | "
                     f"{blind.mean():.0%} / {np.percentile(blind, 10):.0%} |")
         print(rows[-1], flush=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_search import MODEL_LOGS, TASKS, _spearman, first_measurements, transfer_records  # noqa: E402
+from bench_search import MODEL_LOGS, TASKS, first_measurements, transfer_records  # noqa: E402
 
 ARMS = {"own only": None, "half-life 16 (default)": 16, "half-life 4": 4, "half-life 1": 1}
 FEATURE_ARMS = ("loop, own only", "knob, own only", "loop and knob, mean rank")  # --compare features
@@ -48,7 +48,7 @@ def main() -> None:
     from autotune.tuners.xgb import training_rows
     from cost_models.dataset import records_dataset, task_space, throughput
     from cost_models.features import FeatureCache, extract
-    from cost_models.xgb_model import XGBCostModel
+    from cost_models.xgb_model import XGBCostModel, rank_correlation
 
     work, cache = Path(args.work), FeatureCache()
     print("| task | own records | model | Spearman, all other configs | Spearman, their top 20% | "
@@ -83,7 +83,7 @@ def main() -> None:
                 for arm, p in preds.items():
                     yt = y_all[test]
                     top = yt >= np.quantile(yt, 0.8)
-                    scores.setdefault(arm, []).append((_spearman(p, yt), _spearman(p[top], yt[top]),
+                    scores.setdefault(arm, []).append((rank_correlation(p, yt), rank_correlation(p[top], yt[top]),
                                                        yt[np.argsort(-p)[:10]].max() / yt.max()))
             for arm, s in scores.items():
                 a, b, c = np.mean(s, axis=0)

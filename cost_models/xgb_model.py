@@ -28,6 +28,12 @@ def relative_throughput(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return out
 
 
+def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two score vectors (ties broken by position): how well `a` orders as `b`."""
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
 class XGBCostModel:
     """XGBoost on feature rows. `fit(X, y, groups)`: y is a throughput (1/cost, 0 for errors), groups a task id.
 

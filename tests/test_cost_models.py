@@ -37,11 +37,6 @@ def _valid_indices(task, template, n: int, seed: int = 0) -> list[int]:
     return space.sample(np.random.default_rng(seed), n)
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
 def _record(task, index: int, ref: str = TOY_MATMUL_REF, template=TOY_MATMUL) -> Record:
     cfg = template.define_space(task).get(index)
     cost = toy_matmul_cost(task, cfg)
@@ -125,7 +120,7 @@ def test_model_ranks_configs_of_unseen_groups(objective):
     model = XGBCostModel(objective=objective, seed=0).fit(X, y, g)
     pred = model.predict(Xt)
     for k in range(2):
-        assert _spearman(pred[gt == k], yt[gt == k]) > 0.8
+        assert rank_correlation(pred[gt == k], yt[gt == k]) > 0.8
 
 
 def test_model_save_load_round_trip(tmp_path):

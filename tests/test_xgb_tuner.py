@@ -19,7 +19,7 @@ from autotune.tuners.xgb import (
     stale_trials,
     training_rows,
 )
-from cost_models import train_from_records
+from cost_models import rank_correlation, train_from_records
 from tests.toy_template import (
     TOY_CONV2D,
     TOY_CONV2D_REF,
@@ -170,6 +170,31 @@ def test_random_share_of_transfer_batches_limits_misleading_records():
               for s in range(3)]
     hedged = [_batch_best(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, **options)) for s in range(3)]
     assert np.mean(hedged) < 0.7 * np.mean(misled), (hedged, misled)
+
+
+def test_finetune_adds_own_trees_that_correct_misleading_transfer():
+    """transfer_fit="finetune": the transfer records are fitted once; each refit adds finetune_rounds trees fitted
+    on the task's own records, which rank the task right even where the transferred ranking is backwards."""
+    space = TOY_MATMUL.define_space(OTHER_MM)
+    inputs, results = _measure(OTHER_MM, space, space.sample(np.random.default_rng(9), 160))
+    inverted = [MeasureResult((1e-6 / r.mean_s,), None, "", 0.0, 0.0) if r.ok else r for r in results]
+    wrong = [Record(i, r, TOY_MATMUL.version, 1, {}) for i, r in zip(inputs, inverted)]
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=wrong, transfer_fit="finetune", sa_chains=4,
+                     sa_steps=4)
+    pretrained = tuner.model
+    assert [b.num_boosted_rounds() for b in pretrained.boosters_] == [tuner.n_rounds]
+    sample = MM_SPACE.sample(np.random.default_rng(3), 120)
+    tuner.update(*_measure(MM, MM_SPACE, sample[:60]))
+    tuned = tuner.model
+    assert tuner._pretrained is pretrained  # fitted once, not per refit
+    assert [b.num_boosted_rounds() for b in tuned.boosters_] == [tuner.n_rounds + tuner.finetune_rounds]
+    held = [i for i in sample[60:] if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None]
+    speed = [-toy_matmul_cost(MM, MM_SPACE.get(i)) for i in held]
+    X = tuner._features(held)
+    before, after = rank_correlation(pretrained.predict(X), speed), rank_correlation(tuned.predict(X), speed)
+    assert before < 0 < after, (before, after)
+    with pytest.raises(ValueError, match="transfer fit"):
+        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, transfer_fit="mix")
 
 
 def test_saved_cost_model_guides_the_first_batch(tmp_path):

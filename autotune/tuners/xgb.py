@@ -23,6 +23,7 @@ SHORTLIST = 0.25  # the batch is picked, for score and knob coverage, from this 
 COLD_BATCH = 8  # configs measured before the first model (the model guides from the second batch on)
 COLD_POOL = 64  # random configs the cold-start prior picks the first batch from
 COLD_STARTS = ("roofline", "random")
+TRANSFER_FITS = ("pool", "finetune")
 Scorer = Callable[[Sequence[int]], np.ndarray]
 
 
@@ -128,8 +129,11 @@ class XGBTuner:
 
     features: "loop" (TIR loop-nest features; transfer works across operators) or "knob" (config values).
     transfer: records of other tasks that pre-train the model; the task's own records take over as they
-    arrive (own rows weigh `n_transfer / transfer_halflife` each, so at `transfer_halflife` own records
-    both weigh the same). cost_model: path of a saved model whose trees the new ones are added to.
+    arrive, as `transfer_fit` says: "pool" fits one model on both, own rows weighing `n_transfer /
+    transfer_halflife` each (so at `transfer_halflife` own records both weigh the same); "finetune" fits a model
+    on the transfer records once and then, at each refit, adds `finetune_rounds` trees fitted on the task's own
+    records alone to it (the own trees correct the pre-trained ranking where the task's measurements contradict
+    it). cost_model: path of a saved model whose trees the new ones are added to.
     batch_size: configs planned per model refresh; next_batch serves from that plan until update().
     explore: share of each batch drawn at random; transfer_explore: that share while only transfer records (or
     the loaded model) guide the search, before two of the task's own measurements differ: a hedge against records
@@ -164,7 +168,8 @@ class XGBTuner:
                  sa_steps: int = 16, sa_temperature: float = 1.0, knob_weight: float = 0.1, min_distance: int = 1,
                  basin_weight: float = 0.05, transfer_halflife: int = 16, transfer_max_per_task: int = 512,
                  n_rounds: int = 200, feature_workers: int = 0, cache: FeatureCache | None = None,
-                 cold_start: str = "random", cold_random: float = 0.0, incumbent_moves: int = 2):
+                 cold_start: str = "random", cold_random: float = 0.0, incumbent_moves: int = 2,
+                 transfer_fit: str = "pool", finetune_rounds: int = 200):
         import search_spaces
         from cost_models.features import KINDS, FeatureCache
 
@@ -172,6 +177,8 @@ class XGBTuner:
             raise ValueError(f"unknown feature kind {features!r}; choose one of {', '.join(KINDS)}")
         if cold_start not in COLD_STARTS:
             raise ValueError(f"unknown cold start {cold_start!r}; choose one of {', '.join(COLD_STARTS)}")
+        if transfer_fit not in TRANSFER_FITS:
+            raise ValueError(f"unknown transfer fit {transfer_fit!r}; choose one of {', '.join(TRANSFER_FITS)}")
         if not 0.0 <= cold_random <= 1.0:
             raise ValueError(f"cold_random is a share of the batch (0 to 1), not {cold_random}")
         self.task, self.space, self.template_ref = task, space, template_ref
@@ -182,6 +189,7 @@ class XGBTuner:
         self.knob_weight, self.min_distance, self.basin_weight = knob_weight, min_distance, basin_weight
         self.sa_chains, self.sa_steps, self.sa_temperature = sa_chains, sa_steps, sa_temperature
         self.transfer_halflife, self.n_rounds = transfer_halflife, n_rounds
+        self.transfer_fit, self.finetune_rounds = transfer_fit, finetune_rounds
         self.cold_start = cold_start if features == "loop" and task.target_kind == "llvm" else "random"
         self.cold_random = cold_random
         self.incumbent_moves = incumbent_moves
@@ -203,6 +211,7 @@ class XGBTuner:
         self._own_informative = False  # two of the task's own measurements differ: they train the model
         self._base = self._load_base(cost_model)
         self._transfer = self._transfer_data(transfer, transfer_max_per_task)
+        self._pretrained: XGBCostModel | None = None  # "finetune": the model of the transfer records (and base)
 
     # ---- data ---------------------------------------------------------------------------
 
@@ -262,9 +271,7 @@ class XGBTuner:
         self._plan = []
 
     def _refit(self) -> None:
-        """Fit on own rows (weighted) plus transfer rows, on top of the loaded model if any."""
-        from cost_models.xgb_model import XGBCostModel
-
+        """Fit on own rows and transfer rows (`transfer_fit`), on top of the loaded model if any."""
         self._stale = False
         indices = sorted(self._own)
         X = self._features(indices)
@@ -279,12 +286,25 @@ class XGBTuner:
             return
         if not own_informative:  # all equal (or none): nothing to rank yet, the transfer rows alone guide
             X, y = X[:0], y[:0]
+        if self.transfer_fit == "finetune" and self._transfer is not None:
+            if self._pretrained is None:
+                t = self._transfer
+                self._pretrained = self._new_model(self.n_rounds).fit(t.X, t.y, t.groups, init_model=self._base)
+            self._model = (self._new_model(self.finetune_rounds).fit(X, y, np.zeros(len(y), int),
+                                                                      init_model=self._pretrained)
+                           if own_informative else self._pretrained)
+            return
         Xs, ys, gs, ws = training_rows(X, y, self._transfer, self.transfer_halflife)
-        # a loaded bag of boosters stays one: each booster continues on this task's data
+        self._model = self._new_model(self.n_rounds).fit(Xs, ys, gs, ws, init_model=self._base)
+
+    def _new_model(self, n_rounds: int) -> XGBCostModel:
+        """An unfitted model of this tuner's objective and features; a loaded bag of boosters stays one (each
+        booster continues on this task's data)."""
+        from cost_models.xgb_model import XGBCostModel
+
         shape = {k: getattr(self._base, k) for k in ("bag", "subsample", "colsample_bytree")} if self._base else {}
-        model = XGBCostModel(objective=self.objective, features=self.features, n_rounds=self.n_rounds,
-                             seed=self.seed, **shape)
-        self._model = model.fit(Xs, ys, gs, ws, init_model=self._base)
+        return XGBCostModel(objective=self.objective, features=self.features, n_rounds=n_rounds, seed=self.seed,
+                            **shape)
 
     @property
     def model(self) -> XGBCostModel | None:
