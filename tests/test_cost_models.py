@@ -18,6 +18,7 @@ from cost_models import (
     XGBCostModel,
     extract,
     feature_dim,
+    rank_correlation,
     records_dataset,
     relative_throughput,
     train_from_records,
