@@ -390,8 +390,9 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
                 pred = model.predict(test.X)
                 top_true = set(np.argsort(-test.y)[:10])
                 top_pred = np.argsort(-pred)[:10]
+                drawn_rho = rank_correlation(model.predict(drawn.X), drawn.y)
                 rows.append(f"| {label} | {what} | {len(train)} | {len(test)} | {objective} | "
-                            f"{rank_correlation(pred, test.y):.2f} | {rank_correlation(model.predict(drawn.X), drawn.y):.2f} | "
+                            f"{rank_correlation(pred, test.y):.2f} | {drawn_rho:.2f} | "
                             f"{len(top_true & set(top_pred)) / 10:.1f} | {test.y[top_pred].max() / test.y.max():.2f} |")
     return rows + ["", "Timing noise and the Spearman a model that knew every config's true speed would score "
                    "against one timing of each (sigma: spread of log-throughput over a contender's re-timings; "
