@@ -7,8 +7,9 @@ on 2 threads at once:
 - a chain of dependent integer adds (one cycle each): the core clock under load;
 - 12 independent chains of fused multiply-adds on AVX-512 and on AVX2 registers (enough in flight to hide
   the FMA latency on every x86 core we know): the FP32 FLOPs the cores can retire.
-Writes the `bench_peak` section of benchmarks/RESULTS.md: those rates, FLOPs per cycle per thread, and, from the
-timings `bench_search.py --quality-trials N` saved, every kernel of that comparison as a share of the peak.
+Writes the `bench_peak` section of benchmarks/RESULTS.md (or the one `--section` names): those rates, FLOPs per
+cycle per thread, and, from the timings `bench_search.py --quality-trials N` saved in `--work`, every kernel of
+that comparison as a share of the peak.
 """
 
 from __future__ import annotations
@@ -134,10 +135,18 @@ def kernel_shares(work: Path, peak: float) -> list[str]:
     return rows
 
 
+def command_line(args) -> str:
+    """The command that made a section: the script and the options given other than their defaults."""
+    options = [f"--work {args.work}" if args.work != "benchmarks/work/search" else "",
+               f"--section {args.section}" if args.section != "bench_peak" else ""]
+    return " ".join(["python benchmarks/bench_peak.py", *filter(None, options)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--work", default="benchmarks/work/search", help="bench_search.py's work folder")
+    ap.add_argument("--section", default="bench_peak", help="RESULTS.md section (another machine: another name)")
     args = ap.parse_args()
     results = measure(args.threads)
     rows = ["| threads | clock under load (GHz) | AVX-512 FMA (GFLOPS) | AVX2 FMA (GFLOPS) | FLOPs/cycle/thread |",
@@ -149,7 +158,7 @@ def main() -> None:
     top = results[-1]
     peak = max(top.get("avx512", 0.0), top.get("avx2", 0.0))
     body = ["## FP32 ceiling of this machine (`benchmarks/bench_peak.py`)", "",
-            "Command: `python benchmarks/bench_peak.py`. A C probe (`-O2 -march=native -fopenmp`): a chain of "
+            f"Command: `{command_line(args)}`. A C probe (`-O2 -march=native -fopenmp`): a chain of "
             "dependent adds gives the clock under load; 12 independent FMA chains per thread give the FP32 rate "
             "the cores retire (best of 5 runs each, all threads started together).", "", *rows]
     work = Path(args.work)
@@ -157,7 +166,7 @@ def main() -> None:
         body += ["", f"Kernels of `bench_search.py`'s comparisons (GFLOPS, and share of the {top['threads']}-thread "
                  f"peak of {peak:.0f}), from the timings it saved:", "", *kernel_shares(work, peak)]
     text = "\n".join(body)
-    write_section("bench_peak", text)
+    write_section(args.section, text)
     print(text)
 
 
