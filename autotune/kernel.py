@@ -71,7 +71,7 @@ def compile_config(task: Task, config_index: int | None, template_ref: str | Non
     else:
         tmpl = search_spaces.resolve(template_ref or search_spaces.default_template_ref(task.op, task.target_kind))
         cfg = tmpl.define_space(task).get(config_index)
-        mod = tmpl.apply(task, cfg).mod
+        mod = tmpl.kernel(task, cfg)
     return Kernel(task, cfg, None, tvm.compile(mod, target=to_tvm_target(task.target)), tmpl)
 
 

@@ -43,8 +43,7 @@ def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str
     if reason:
         return "invalid_config", reason, 0.0
     try:
-        sch = template.apply(task, config)
-        mod = sch.mod
+        mod = template.kernel(task, config)
     except Exception as err:  # the template rejected this config
         return "invalid_config", f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}", 0.0
     try:

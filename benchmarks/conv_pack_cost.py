@@ -3,11 +3,11 @@
     python benchmarks/conv_pack_cost.py --shape C=256,H=14 --config 112771
     python benchmarks/conv_pack_cost.py --shape C=512,H=7          # the default (heuristic) packed config
 
-The conv2d template's packed variant copies the weight [K, C, R, S] into [K/k2, C, R, S, k2] on every call
-(dense takes its weight packed ahead instead, `Relayout`). This times a config's kernel and, beside it, a kernel
-that does only that copy, scheduled as the template schedules it (parallel over K/k2, vectorised over k2): the
-share of the call a pre-packed weight would save. Square 3x3 convolutions, K = C, padding 1, on this CPU.
-Prints; writes nothing.
+The conv2d template's packed variant reads the weight as [K/k2, C, R, S, k2]. Its kernel takes the weight packed
+ahead (`Relayout`); the schedule's trace (a MetaSchedule database export) copies it on every call instead. This
+times a config's kernel and, beside it, a kernel that does only that copy, scheduled as the template schedules it
+(parallel over K/k2, vectorised over k2): what packing the weight in every call costs. Square 3x3 convolutions,
+K = C, padding 1, on this CPU. Prints; writes nothing.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def main() -> None:
     args_ = [tvm.runtime.tensor(inputs[1], dev), tvm.runtime.empty((c // kb, c, 3, 3, kb), task.dtype, dev)]
     pack_s = min(pack.mod.time_evaluator("main", dev, number=1, repeat=args.repeat, min_repeat_ms=200)(*args_).results)
     print(f"conv2d {c}x{h}x{h} 3x3, config {index} (k2 = {kb}): {conv_s * 1e3:.3f} ms "
-          f"({task.flops / conv_s / 1e9:.1f} GFLOPS); packing the weight alone {pack_s * 1e3:.3f} ms, "
-          f"{pack_s / conv_s:.1%} of the call")
+          f"({task.flops / conv_s / 1e9:.1f} GFLOPS) on the weight packed ahead; packing it alone "
+          f"{pack_s * 1e3:.3f} ms, {pack_s / (conv_s + pack_s):.1%} of a call that packs it")
 
 
 if __name__ == "__main__":

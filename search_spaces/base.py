@@ -19,6 +19,9 @@ from autotune.space import Config, ConfigSpace
 from autotune.task import Task
 
 
+PREPACK = "meta_schedule.layout_rewrite_preproc"  # annotation of a block that only relays a constant operand
+
+
 @dataclass(frozen=True)
 class Relayout:
     """The kernel takes operand `arg` in another layout: kernel_arg[index_map(*i)] = operand[i].
@@ -27,6 +30,11 @@ class Relayout:
     at build time in a whole-model build and outside the timed call when a candidate is measured.
     `index_map` must be one-to-one and work on numpy integer arrays; the new shape is the largest
     index it gives plus one on each axis, and elements no index maps to are zero (padding).
+
+    A schedule says so in one of two ways: its PrimFunc already takes the operand relaid (dense), or it
+    copies the operand into the new layout in a block annotated PREPACK (MetaSchedule's layout-rewrite
+    annotation, so an exported trace still runs on the operand as it is); `Template.kernel` drops that
+    block and takes the copy's buffer as the argument.
     """
 
     arg: int
@@ -64,7 +72,19 @@ class Template:
     target_kind: str
     define_space: Callable[[Task], ConfigSpace]
     apply: Callable[[Task, Config], object]
-    relayouts: Callable[[Task, Config], tuple[Relayout, ...]] = _no_relayouts  # operands `apply` takes relaid
+    relayouts: Callable[[Task, Config], tuple[Relayout, ...]] = _no_relayouts  # operands the kernel takes relaid
+
+    def kernel(self, task: Task, config: Config):
+        """The IRModule to compile for `config`: the schedule's, less any PREPACK block (the kernel then
+        takes that operand relaid, as `relayouts` says and `kernel_inputs` gives it)."""
+        mod = self.apply(task, config).mod
+        if not self.relayouts(task, config):
+            return mod
+        import tvm
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        main = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)["main"]
+        return tvm.IRModule({"main": main.with_body(main.body)})  # rebuilt: the pass leaves its type (.ty) stale
 
     def kernel_inputs(self, task: Task, config: Config, inputs: list[Any]) -> list[Any]:
         """The op's inputs (numpy arrays) as the scheduled kernel of `config` takes them."""

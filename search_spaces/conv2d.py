@@ -5,8 +5,11 @@ Loops of block "conv": n, k, y, x (spatial), c, r, s (reduction). Tiling:
   (order a knob) -> register tile.
 Variant "packed" (vec_axis "k"): register tile x2 x k2, k2 vectorised over output channels;
 the weight is re-laid out to [K/k2, C, R, S, k2] and the accumulator to [N, K/k2, H, W, k2], so
-every vector load/store is contiguous. Variant "direct" (vec_axis "x"): register tile k2 x x2,
-vectorised over output width, NCHW accumulator, weight read in place.
+every vector load/store is contiguous. The weight's copy is a PREPACK block: the compiled kernel
+(`Template.kernel`) takes the weight packed ahead (`relayouts`), as a model's constant weight is,
+once at build time; the schedule's trace keeps the copy, for a MetaSchedule database.
+Variant "direct" (vec_axis "x"): register tile k2 x x2, vectorised over output width, NCHW
+accumulator, weight read in place.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
-from .base import Template, output_shape, prim_func
+from .base import PREPACK, Relayout, Template, output_shape, prim_func
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -84,10 +87,21 @@ def apply(task: Task, cfg: Config):
     return sch
 
 
+def _weight_map(kb: int):
+    """Weight [K, C, R, S] index -> its index in [K/kb, C, R, S, kb] (an output-channel block contiguous)."""
+    return lambda k, c, r, s: (k // kb, c, r, s, k % kb)
+
+
+def relayouts(task: Task, cfg: Config) -> tuple[Relayout, ...]:
+    """The packed variant's kernel takes the weight packed ahead."""
+    return (Relayout(1, _weight_map(cfg["tile_k"][-1])),) if cfg["vec_axis"] == "k" else ()
+
+
 def _pack_weight(sch, blk, kb: int):
-    """Copy weight [K, C, R, S] into [K/kb, C, R, S, kb]: an output-channel block is contiguous."""
+    """Copy weight [K, C, R, S] into [K/kb, C, R, S, kb], in a PREPACK block."""
     wpack = sch.cache_read(blk, "weight", "global")
-    sch.transform_layout(wpack, ("write", 0), lambda k, c, r, s: (k // kb, c, r, s, k % kb))
+    sch.transform_layout(wpack, ("write", 0), _weight_map(kb))
+    sch.annotate(wpack, PREPACK, 1)
     k, c, r, s = sch.get_loops(wpack)
     ko, ki = split(sch, k, (int(sch.get(k).extent) // kb, kb))
     sch.reorder(ko, c, r, s, ki)
@@ -109,4 +123,4 @@ def _parallel_outer_loops(sch, block, count: int) -> None:
     parallel_fused(sch, sch.get_loops(block)[:count])
 
 
-CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", define_space, apply)
+CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", define_space, apply, relayouts)

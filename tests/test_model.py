@@ -93,6 +93,42 @@ def test_extract_from_factory_and_pt2(tmp_path):
     assert _summary(extract_tasks(str(path))) == _summary(extract_tasks(CONVNET))
 
 
+class _ConvOfAnInput(torch.nn.Module):
+    """A convolution whose weight is an input, not a constant: the model itself must pack it."""
+
+    def forward(self, x, w):
+        return torch.nn.functional.conv2d(x, w, padding=1)
+
+
+@pytest.mark.parametrize("weight", ["constant", "input"])
+def test_packed_conv_kernel_gets_its_weight_packed(weight, tmp_path):
+    """A conv2d kernel of the packed variant takes its weight packed ahead: a constant weight is packed at build
+    time, any other one by a layout_transform the built model runs."""
+    import search_spaces
+    from autotune.tune import tune
+
+    x, w = torch.randn(1, 8, 8, 8), torch.randn(16, 8, 3, 3)
+    if weight == "constant":
+        model, inputs = torch.nn.Conv2d(8, 16, 3, padding=1, bias=False).eval(), (x,)
+        with torch.no_grad():
+            model.weight.copy_(w)
+    else:
+        model, inputs = _ConvOfAnInput(), (x, w)
+    cap = capture(model, inputs)
+    [(task, _)] = extract_tasks(cap)
+    log = tmp_path / "conv.jsonl"
+    tune(task, trials=12, tuner="random", log=log, builder=FakeBuilder(), retime=0,
+         runner=SimulatedRunner(lambda cfg: 1e-4 if cfg["vec_axis"] == "k" else 1e-3))
+    built = build_model(cap, logs=[log])
+    [kernel] = built.report.kernels
+    space = search_spaces.resolve(search_spaces.default_template_ref("conv2d", "llvm")).define_space(task)
+    assert kernel.tuned and space.get(kernel.config_index)["vec_axis"] == "k"
+    packs = [name for name in built.report.generic if "layout_transform" in name]
+    assert bool(packs) == (weight == "input"), built.report.generic  # a constant weight is packed at build time
+    with torch.no_grad():
+        np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("which", ["conv", "attn"])
 def test_build_without_logs_matches_torch(which, conv_captured, attn_captured):
     model, inputs, cap = conv_captured if which == "conv" else attn_captured

@@ -55,10 +55,11 @@ def _is_legal(cfg: Config) -> bool:
 
 
 def _run(task: Task, sch, template=None, cfg=None) -> str | None:
-    """Compile and run a schedule; None when the output matches the numpy reference."""
+    """Compile and run a schedule (given its template and config: the template's kernel of that config, on the
+    inputs relaid as it takes them); None when the output matches the numpy reference."""
     import tvm
 
-    ex = tvm.compile(sch.mod, target=to_tvm_target(task.target))
+    ex = tvm.compile(template.kernel(task, cfg) if template else sch.mod, target=to_tvm_target(task.target))
     inputs = random_inputs(task.opdef, task.shape, task.dtype)
     args = [tvm.runtime.tensor(x) for x in (template.kernel_inputs(task, cfg, inputs) if template else inputs)]
     out = tvm.runtime.empty(task.opdef.output_shape(task.shape), task.dtype)
@@ -232,6 +233,30 @@ def test_a_relayout_may_pad_but_not_merge() -> None:
     assert np.array_equal(relayout_array(a, lambda i, j: (i, j + 1)), [[0, 0, 1, 2], [0, 3, 4, 5]])
     with pytest.raises(ValueError, match="two elements"):
         relayout_array(a, lambda i, j: (i, j // 2))
+
+
+def test_conv2d_packed_kernel_takes_weight_packed_ahead() -> None:
+    """The packed variant's schedule copies the weight in a PREPACK block (so an exported trace runs on W as it is);
+    its compiled kernel (`Template.kernel`) drops the copy and takes W packed ahead, as a model's constant weight."""
+    from search_spaces.base import PREPACK
+
+    task = _task("conv2d", "C=8,H=8,W=8,K=32,R=3,S=3,padding=1")
+    template = _template(task)
+    space = template.define_space(task)
+    cfg = _config(space, vec_axis="k", tile_k=(2, 1, 16), tile_x=(1, 2, 4), pad="root")
+    sch = template.apply(task, cfg)
+    assert f'"{PREPACK}": 1' in sch.mod.script()
+    assert _run(task, sch) is None  # the schedule as it is: W copied in the kernel
+    kernel = template.kernel(task, cfg)
+    assert "weight_global: T.Buffer((2, 8, 3, 3, 16)" in kernel.script() and "weight[" not in kernel.script()
+    assert "(2, 8, 3, 3, 16)" in str(kernel["main"].ty)  # its type too (Relax's call_tir checks it)
+    x, w = random_inputs(task.opdef, task.shape, task.dtype)
+    packed = template.kernel_inputs(task, cfg, [x, w])[1]
+    assert np.array_equal(packed, w.reshape(2, 16, 8, 3, 3).transpose(0, 2, 3, 4, 1))  # [K/16, C, R, S, 16]
+    assert _run(task, sch, template, cfg) is None  # the kernel on W packed ahead
+    direct = _config(space, vec_axis="x", tile_k=(1, 1, 32), tile_x=(1, 1, 8))
+    assert template.relayouts(task, direct) == () and template.kernel(task, direct).script() == \
+        template.apply(task, direct).mod.script()
 
 
 def test_conv2d_packed_variant_structure() -> None:

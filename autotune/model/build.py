@@ -8,7 +8,7 @@ FuseOps -> FuseTIR -> generic schedules for the remaining functions -> compile -
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,14 +139,19 @@ class ModelKernel:
     template: Any
     config: Config
 
-    def operand(self, task: Task, arg: int, constant: Any) -> Any:
-        """A constant operand as the kernel takes it (a weight relaid at build time), as a Relax constant."""
-        from tvm import relax
+    def operand(self, task: Task, arg: int, expr: Any, emit: Callable[[Any], Any]) -> Any:
+        """Operand `arg` as the kernel takes it: a constant (a layer's weight) relaid now, at build time, into a
+        new Relax constant; any other expression relaid by a layout_transform the model runs (`emit`s)."""
+        from tvm import ir, relax
 
-        inputs: list[Any] = [None] * len(task.opdef.input_shapes(task.shape))
-        inputs[arg] = constant.value.numpy()
-        relaid = self.template.kernel_inputs(task, self.config, inputs)[arg]
-        return constant if relaid is inputs[arg] else relax.const(relaid)
+        relayout = next((r for r in self.template.relayouts(task, self.config) if r.arg == arg), None)
+        if relayout is None:
+            return expr
+        if isinstance(expr, ir.Constant):
+            inputs: list[Any] = [None] * len(task.opdef.input_shapes(task.shape))
+            inputs[arg] = expr.value.numpy()
+            return relax.const(self.template.kernel_inputs(task, self.config, inputs)[arg])
+        return emit(relax.op.layout_transform(expr, relayout.index_map))
 
 
 def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]) -> tuple[ModelKernel, KernelChoice]:
@@ -161,7 +166,7 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
         tmpl = search_spaces.resolve(rec.input.template)
         try:
             cfg = tmpl.define_space(task).get(rec.input.config.index)
-            func = tmpl.apply(task, cfg).mod["main"]
+            func = tmpl.kernel(task, cfg)["main"]
             return ModelKernel(func, tmpl, cfg), KernelChoice(task, weight, True, cfg.index, rec.gflops())
         except Exception as err:  # noqa: BLE001 - a logged config the template no longer accepts
             reason = f"logged config #{rec.input.config.index} failed to apply ({type(err).__name__})"
@@ -173,8 +178,8 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
 # ---- rewriting the Relax module -----------------------------------------------------------
 
 def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel]) -> Any:
-    """Replace each tunable call by call_tir of its task's kernel (reshaping operands as needed;
-    a dense layer's weight is relaid here, once, into the layout its kernel reads)."""
+    """Replace each tunable call by call_tir of its task's kernel (reshaping operands as needed; a constant
+    weight a kernel takes packed, dense's or conv2d's, is relaid here, once, into the layout it reads)."""
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -202,9 +207,9 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel]) -> A
             site = classify(call, target, self.lookup_binding)
             if not isinstance(site, Site):
                 return call
-            b = (self._as(call.args[1], site.b_shape) if site.dense_weight is None
-                 else kernels[site.task.key].operand(site.task, 1, site.dense_weight))
-            args = [self._as(call.args[0], site.a_shape), b]
+            b = site.dense_weight if site.dense_weight is not None else self._as(call.args[1], site.b_shape)
+            args = [self._as(call.args[0], site.a_shape),
+                    kernels[site.task.key].operand(site.task, 1, b, self.builder_.emit)]
             shape = tuple(int(d) for d in site.task.opdef.output_shape(site.task.shape))
             out = relax.call_tir(self._gvar(site.task), args, relax.TensorType(shape, "float32"))
             if shape != site.out_shape:

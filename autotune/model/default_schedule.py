@@ -70,7 +70,7 @@ def default_template_func(template: Any, task: Task) -> tuple[Any, Config]:
     errors = []
     for cfg in heuristic_configs(space, task):
         try:
-            return template.apply(task, cfg).mod["main"], cfg
+            return template.kernel(task, cfg)["main"], cfg
         except Exception as err:  # noqa: BLE001 - an illegal config: try the next fallback
             errors.append(f"#{cfg.index}: {type(err).__name__}")
     raise RuntimeError(f"no heuristic config of {template.name} applies: {'; '.join(errors)}")

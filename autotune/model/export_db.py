@@ -6,9 +6,10 @@ of the template's schedule for the best config. TVM users apply it with
 workload. Functions that TVM's LegalizeOps produces for the same operator are *not*
 structurally equal to autotune's (different block structure and index expressions), so the
 database only matches modules that contain autotune's own PrimFuncs (see tests/test_model.py).
-Kernels that take an operand in another layout (dense: W packed ahead, `Template.relayouts`) are
-left out: applying one would change the function's signature, and a database cannot carry the
-relayout of the weight.
+Schedules whose function takes an operand in another layout (dense: W packed ahead) are left out:
+applying one would change the function's signature, and a database cannot carry the relayout of
+the weight. A schedule that packs a weight in a block of its own (conv2d) is exported with that
+block, marked as MetaSchedule marks a layout rewrite of a constant (`search_spaces.base.PREPACK`).
 """
 
 from __future__ import annotations
@@ -56,14 +57,21 @@ def export_database(logs: Sequence[str | os.PathLike], work_dir: str | os.PathLi
         task = rec.task
         tmpl = search_spaces.resolve(rec.input.template)
         cfg = tmpl.define_space(task).get(rec.input.config.index)
-        if tmpl.relayouts(task, cfg):
-            out.append(Exported(task, cfg.index, rec.result.mean_s, "takes an operand relaid ahead (packed weight)"))
-            continue
         sch = tmpl.apply(task, cfg)
         workload_mod = tvm.IRModule({"main": search_spaces.prim_func(task)})
+        if _shapes(sch.mod["main"]) != _shapes(workload_mod["main"]):
+            out.append(Exported(task, cfg.index, rec.result.mean_s, "takes an operand relaid ahead (packed weight)"))
+            continue
         workload = db.commit_workload(workload_mod)
         db.commit_tuning_record(ms.database.TuningRecord(
             sch.trace, workload, run_secs=[rec.result.mean_s], target=to_tvm_target(task.target),
             args_info=ms.arg_info.ArgInfo.from_prim_func(workload_mod["main"])))
         out.append(Exported(task, rec.input.config.index, rec.result.mean_s))
     return out
+
+
+def _shapes(func) -> list[tuple[int, ...]]:
+    """The shapes of a PrimFunc's arguments."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return [tuple(int(d) for d in arg.shape) for arg in ms.arg_info.ArgInfo.from_prim_func(func)]
