@@ -15,9 +15,17 @@ def median_time(fn, repeat: int = 7, min_s: float = 0.2) -> float:
     return sorted(samples)[len(samples) // 2]
 
 
+# Operators whose weight is a layer's constant, which every library may pack once, ahead of the calls: per op, how
+# torch runs it on a weight packed ahead (torch_fn's `prepacked`) and on the weight as it is.
+PREPACKED_TORCH = {
+    "dense": ("oneDNN's `_reorder_linear_weight` + `_linear_pointwise`", "`F.linear`"),
+    "conv2d": ("oneDNN's `mkldnn_reorder_conv2d_weight` + `_convolution_pointwise`", "`F.conv2d`"),
+}
+
+
 def torch_fn(task, arrays, prepacked: bool = False):
-    """A zero-argument callable running the task's operator with torch on `arrays`. prepacked (dense):
-    oneDNN's linear on a weight reordered once, ahead (what torch does for inference with constant weights)."""
+    """A zero-argument callable running the task's operator with torch on `arrays`. prepacked (dense, conv2d):
+    oneDNN's kernel on a weight reordered once, ahead (what torch does for inference with constant weights)."""
     import torch
     import torch.nn.functional as F
 
@@ -31,6 +39,13 @@ def torch_fn(task, arrays, prepacked: bool = False):
         return linear
     if task.op == "dense":
         return lambda: F.linear(ts[0], ts[1])
+    if task.op == "conv2d" and prepacked:
+        conv = [[p[k]] * 2 for k in ("padding", "stride", "dilation")]
+        w = torch._C._nn.mkldnn_reorder_conv2d_weight(ts[1].to_mkldnn(), *conv, 1, list(ts[0].shape))
+        run = lambda: torch.ops.mkldnn._convolution_pointwise(ts[0], w, None, *conv, 1, "none", [None], "")  # noqa: E731
+        ref = F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
+        assert torch.allclose(run(), ref, atol=1e-3), "oneDNN prepacked convolution is wrong"
+        return run
     if task.op == "conv2d":
         return lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
     if task.op == "depthwise_conv2d":

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _baselines import PREPACKED_TORCH
 from _common import reexec_clean, write_section
 
 DEFAULT_WORK = "benchmarks/work/search"
@@ -504,11 +505,12 @@ def kernel_quality(args, work: Path) -> list[str]:
                     f"{t_ms / ours:.2f}x |")
         print(rows[-1], flush=True)
         if "per_call" in times:
-            notes.append(f"- {row_label}: W is a layer's weight, which each library may pack once, ahead of the calls "
-                         "(autotune: `Relayout`; MetaSchedule: `layout_free_buffers`, its layout-rewrite block left "
-                         "out of the timed kernel; torch: oneDNN's `_reorder_linear_weight` + `_linear_pointwise`, "
-                         f"{gf(times['torch']):.0f} GFLOPS, or `F.linear` on W as it is, "
-                         f"{gf(times['per_call']):.0f} GFLOPS; the table shows the faster).")
+            packed_torch, as_is = PREPACKED_TORCH[task.op]
+            notes.append(f"- {row_label}: the weight is a layer's, which each library may pack once, ahead of the "
+                         "calls (autotune: `Relayout`; MetaSchedule: `layout_free_buffers`, its layout-rewrite block "
+                         f"left out of the timed kernel; torch: {packed_torch}, {gf(times['torch']):.0f} GFLOPS, or "
+                         f"{as_is} on the weight as it is, {gf(times['per_call']):.0f} GFLOPS; the table shows the "
+                         "faster).")
     geo = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
     rows.append(f"| geometric mean | | | | {geo(ratios_t):.2f}x | {geo(ratios_ms):.2f}x |")
     return rows + ([""] + notes if notes else [])
@@ -554,7 +556,7 @@ def time_quality_kernels(args, work: Path, label: str, task, seed: int = 0) -> d
             raise SystemExit(f"--quality-start: no log {start}")
         shutil.copyfile(start, log)  # the quality run continues that run (resume retrains the model from it)
     tune(task, trials=args.quality_trials, tuner="xgb", log=log, seed=seed, tuner_options={"transfer": []})
-    weight = task.op == "dense"  # a layer's weight: every library may pack it once, ahead of the calls
+    weight = task.op in PREPACKED_TORCH  # a layer's weight: every library may pack it once, ahead of the calls
     ms_dir = work / task.key / f"ms-{args.ms_trials}{'-pre' * weight}{_seed_suffix(seed)}"
     ms = metaschedule_kernel(task, args.ms_trials, str(ms_dir), seed=seed, layout_free=(1,) if weight else ())
     with tempfile.TemporaryDirectory() as tmp:
@@ -568,7 +570,7 @@ def time_quality_kernels(args, work: Path, label: str, task, seed: int = 0) -> d
             np.savez(f"{tmp}/ms.npz", **{f"arg{i}": a for i, a in enumerate(relaid)})
             commands["ms"] = ["tvm", f"{tmp}/ms.so", *TASKS[label], "--inputs", f"{tmp}/ms.npz"]
         if weight:
-            commands["per_call"] = ["torch", *TASKS[label]]  # F.linear: no weight packed ahead
+            commands["per_call"] = ["torch", *TASKS[label]]  # F.linear / F.conv2d: no weight packed ahead
         return dict(zip(commands, isolated_best_of(list(commands.values()), rounds=5)))
 
 
