@@ -42,7 +42,10 @@ def torch_fn(task, arrays, prepacked: bool = False):
     if task.op == "conv2d" and prepacked:
         conv = [[p[k]] * 2 for k in ("padding", "stride", "dilation")]
         w = torch._C._nn.mkldnn_reorder_conv2d_weight(ts[1].to_mkldnn(), *conv, 1, list(ts[0].shape))
-        run = lambda: torch.ops.mkldnn._convolution_pointwise(ts[0], w, None, *conv, 1, "none", [None], "")  # noqa: E731
+
+        def run():
+            return torch.ops.mkldnn._convolution_pointwise(ts[0], w, None, *conv, 1, "none", [None], "")
+
         ref = F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
         assert torch.allclose(run(), ref, atol=1e-3), "oneDNN prepacked convolution is wrong"
         return run
