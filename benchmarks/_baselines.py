@@ -32,28 +32,33 @@ def torch_fn(task, arrays, prepacked: bool = False):
     p, ts = task.shape, [torch.from_numpy(a) for a in arrays]
     if task.op in ("matmul", "batch_matmul"):
         return lambda: torch.matmul(ts[0], ts[1])
-    if task.op == "dense" and prepacked:
-        w = torch.ops.mkldnn._reorder_linear_weight(ts[1], p["batch"])
-        linear = lambda: torch.ops.mkldnn._linear_pointwise(ts[0], w, None, "none", [], "")  # noqa: E731
-        assert torch.allclose(linear(), F.linear(ts[0], ts[1]), atol=1e-3), "oneDNN prepacked linear is wrong"
-        return linear
-    if task.op == "dense":
-        return lambda: F.linear(ts[0], ts[1])
-    if task.op == "conv2d" and prepacked:
-        conv = [[p[k]] * 2 for k in ("padding", "stride", "dilation")]
-        w = torch._C._nn.mkldnn_reorder_conv2d_weight(ts[1].to_mkldnn(), *conv, 1, list(ts[0].shape))
-
-        def run():
-            return torch.ops.mkldnn._convolution_pointwise(ts[0], w, None, *conv, 1, "none", [None], "")
-
-        ref = F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
-        assert torch.allclose(run(), ref, atol=1e-3), "oneDNN prepacked convolution is wrong"
-        return run
-    if task.op == "conv2d":
-        return lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
     if task.op == "depthwise_conv2d":
         return lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"], groups=p["C"])
-    raise ValueError(task.op)
+    if task.op == "dense":
+        per_call = lambda: F.linear(ts[0], ts[1])  # noqa: E731
+    elif task.op == "conv2d":
+        per_call = lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"],  # noqa: E731
+                                    dilation=p["dilation"])
+    else:
+        raise ValueError(task.op)
+    if not prepacked:
+        return per_call
+    packed = _onednn_prepacked(task, ts)
+    assert torch.allclose(packed(), per_call(), atol=1e-3), f"oneDNN's prepacked {task.op} is wrong"
+    return packed
+
+
+def _onednn_prepacked(task, ts):
+    """oneDNN's dense or conv2d on the weight ts[1] reordered once, now (PREPACKED_TORCH)."""
+    import torch
+
+    p = task.shape
+    if task.op == "dense":
+        w = torch.ops.mkldnn._reorder_linear_weight(ts[1], p["batch"])
+        return lambda: torch.ops.mkldnn._linear_pointwise(ts[0], w, None, "none", [], "")
+    conv = [[p[k]] * 2 for k in ("padding", "stride", "dilation")]
+    w = torch._C._nn.mkldnn_reorder_conv2d_weight(ts[1].to_mkldnn(), *conv, 1, list(ts[0].shape))
+    return lambda: torch.ops.mkldnn._convolution_pointwise(ts[0], w, None, *conv, 1, "none", [None], "")
 
 
 def _fast_build(mod, target, _params):
