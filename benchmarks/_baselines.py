@@ -69,6 +69,16 @@ def _fast_build(mod, target, _params):
     return tvm.tirx.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
+def _with_gpu_limits(target: dict) -> dict:
+    """MetaSchedule's CUDA rules need the block limits in the target (autotune's own CUDA targets do not)."""
+    if target["kind"] != "cuda":
+        return target
+    from autotune.gpu_limits import STATIC_SHARED_BYTES, REGISTERS_PER_BLOCK
+
+    return {"max_threads_per_block": 1024, "max_shared_memory_per_block": STATIC_SHARED_BYTES,
+            "thread_warp_size": 32, "registers_per_block": REGISTERS_PER_BLOCK, **target}
+
+
 def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0, layout_free: tuple[int, ...] = ()):
     """Tune the task's PrimFunc with MetaSchedule (tune_tir) for `trials`: (compiled best, relay) or None.
 
@@ -91,7 +101,7 @@ def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0, layout_
     if layout_free:
         func = func.with_attr("layout_free_buffers", list(layout_free))
     mod = tvm.IRModule({"main": func})
-    target = to_tvm_target(task.target)
+    target = to_tvm_target(_with_gpu_limits(task.target))
     records = os.path.join(work_dir, "database_tuning_record.json")
     if os.path.exists(records) and sum(1 for _ in open(records)) >= trials:  # tuned before: reuse its database
         db = ms.database.JSONDatabase(os.path.join(work_dir, "database_workload.json"), records)

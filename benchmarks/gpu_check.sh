@@ -14,6 +14,13 @@
 # The GPU image already has python3.12 with torch, numpy, cloudpickle, psutil, tqdm and
 # cuda-bindings (NVRTC, which TVM uses to compile CUDA source when the kernel library loads).
 # The TVM wheel (~100 MB) is over what travels (64 MiB), so prepare repacks it with xz.
+#
+# Lease plan (15 device minutes): start ~2 min, unpack ~1 min, then `run` at once (a machine stays warm
+# only 30 s), which ends by itself in about 8 min (TASK_BUDGET_S, DEADLINE_S): give the machine back after.
+# Rehearse here first: PYTHONPATH=.gpu/site with a Python 3.12 venv holding numpy, scipy, ml_dtypes,
+# typing_extensions, cloudpickle, psutil and tqdm (as the GPU image has) runs everything up to the first
+# GPU call, and `python benchmarks/gpu_compare.py --target llvm --trials 16 --task-budget-s 30
+# --ms-trials 16` runs the whole comparison on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -37,14 +44,17 @@ unpack)
 run)
   test -d .gpu/site/tvm || { echo "run 'gpu_check.sh unpack' in a device call first" >&2; exit 2; }
   python3 -m pip install -q --no-index --no-deps --no-compile --target .gpu/site .gpu/wheels/*.whl
-  export PYTHONPATH=$PWD/.gpu/site:$PWD PYTHONUNBUFFERED=1
+  export PYTHONPATH=$PWD/.gpu/site:$PWD PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
   out=${OUT:-.gpu/out}
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version --format=csv || true
+  command -v nvcc || echo "no nvcc on PATH"
   python3 -c "import tvm; print('tvm', tvm.__version__, 'cuda', tvm.cuda(0).exist, tvm.cuda(0).compute_version)"
+  # tuning stops at TRIALS or TASK_BUDGET_S per task; MetaSchedule (MS_TRIALS) only while DEADLINE_S allows
+  python3 benchmarks/gpu_compare.py --trials "${TRIALS:-200}" --task-budget-s "${TASK_BUDGET_S:-90}" \
+      --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-430}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
   python3 -m autotune.cli tune conv2d --shape N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1 --target cuda \
-      --build-only --trials 16
-  python3 benchmarks/gpu_compare.py --trials "${TRIALS:-200}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
+      --build-only --trials 8 --log "$out/cli_build_only.jsonl"
   ;;
 *) echo "usage: $0 prepare|unpack|run" >&2; exit 2 ;;
 esac

@@ -1,7 +1,12 @@
-"""On a CUDA machine: tune conv2d (64x56x56 3x3) and matmul 1024^3 for the GPU, then time the best
-kernels next to torch (cuDNN / cuBLAS) on the same GPU in the same process.
+"""On a CUDA machine: tune conv2d (64x56x56 3x3) and matmul 1024^3 for the GPU, then time the best kernels
+next to torch (cuBLAS / cuDNN, TF32 off: the same fp32 arithmetic) and, given --ms-trials, next to
+MetaSchedule's best at the same trial budget, all on the same GPU in the same process.
 
-    python3 benchmarks/gpu_compare.py --trials 200 --out DIR     (benchmarks/gpu_check.sh runs it)
+    python3 benchmarks/gpu_compare.py --trials 200 --task-budget-s 120 --ms-trials 64 --out DIR
+
+benchmarks/gpu_check.sh runs it inside a device lease. Each task's tuning stops at --trials or after
+--task-budget-s, whichever comes first; the MetaSchedule arm runs only while --deadline-s allows.
+Results go to DIR/gpu_results.json after every step, so a run cut short still reports what it finished.
 """
 
 from __future__ import annotations
@@ -9,22 +14,50 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 TASKS = {
-    "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1"),
     "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
+    "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1"),
 }
 
 
-def torch_time(task, arrays) -> float:
-    """Median ms of the torch op on the GPU, with CUDA events."""
+class OutOfTime(Exception):
+    pass
+
+
+def median(xs) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def torch_time(task, arrays, tf32: bool) -> float:
+    """Median seconds per call of the torch op on the GPU (CUDA events), after checking its answer."""
+    import numpy as np
     import torch
     import torch.nn.functional as F
 
-    ts = [torch.from_numpy(a).cuda() for a in arrays]
-    fn = (lambda: torch.matmul(*ts)) if task.op == "matmul" else (lambda: F.conv2d(ts[0], ts[1], padding=1))
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    cuda = torch.cuda.is_available()
+    ts = [torch.from_numpy(a).to("cuda" if cuda else "cpu") for a in arrays]
+    p = task.shape
+    fn = (lambda: torch.matmul(*ts)) if task.op == "matmul" else \
+        (lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"]))
+    ref = task.opdef.reference(task.shape, arrays)
+    got = fn().cpu().numpy()
+    if not tf32:
+        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+    if not cuda:  # --target llvm: a dry run of this script on a machine without a GPU
+        from autotune.timing import time_calls
+
+        return median(time_calls(fn))
     for _ in range(10):
         fn()
     times = []
@@ -36,45 +69,189 @@ def torch_time(task, arrays) -> float:
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / 20 / 1e3)
-    return sorted(times)[len(times) // 2]
+    return median(times)
+
+
+def checked_time(kernel, arrays) -> float:
+    """Median seconds per call of an autotune Kernel, after checking it against numpy."""
+    import numpy as np
+
+    np.testing.assert_allclose(kernel(*arrays), kernel.task.opdef.reference(kernel.task.shape, arrays),
+                               rtol=1e-3, atol=1e-3)
+    return median(kernel.time(*arrays, repeat=15, min_repeat_ms=100))
+
+
+def best_within(log: Path, task, trials: int):
+    """Our best kernel among the first `trials` measured configs of the log (compiled)."""
+    from autotune.kernel import compile_config
+    from autotune.records import best_record, load_records, split_retimes
+
+    first, _ = split_retimes(r for r in load_records(log) if r.task.key == task.key)
+    best = best_record(first[:trials])
+    return compile_config(task, best.input.config.index, best.input.template), best
+
+
+def choose_compile_mode(task) -> str:
+    """Compile and check a valid config with TVM's default CUDA compiler (NVRTC), else with nvcc; the mode
+    that works is left in TVM_CUDA_COMPILE_MODE for the build workers started later."""
+    import os
+
+    import numpy as np
+
+    from autotune.kernel import compile_config
+    from autotune.ops import random_inputs
+
+    import search_spaces
+    from autotune.gpu_limits import check_config
+
+    template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
+    space = template.define_space(task)
+    index = next(i for i in range(len(space)) if check_config(task, template, space.get(i)) is None)
+    arrays = random_inputs(task.opdef, task.shape, "float32", seed=2)
+    for mode in ("nvrtc", "nvcc"):
+        os.environ["TVM_CUDA_COMPILE_MODE"] = mode
+        try:
+            got = compile_config(task, index)(*arrays)
+            np.testing.assert_allclose(got, task.opdef.reference(task.shape, arrays), rtol=1e-3, atol=1e-3)
+            print(f"CUDA compile mode {mode}: config {index} runs and is correct", flush=True)
+            return mode
+        except Exception as err:  # noqa: BLE001 - report and try the other compiler
+            print(f"CUDA compile mode {mode} failed: {type(err).__name__}: {str(err)[-800:]}", flush=True)
+    sys.exit("neither NVRTC nor nvcc gives a working kernel")
+
+
+def tune_for(task, log: Path, trials: int, budget_s: float, tuner: str):
+    """Tune until `trials` or `budget_s`, whichever first; the log keeps every measurement."""
+    from autotune import tune
+    from autotune.measure import RunnerOptions
+
+    t0 = time.time()
+
+    def stop_when_late(result):
+        print(f"  {len(result.records)} trials, {time.time() - t0:.0f} s", flush=True)
+        if time.time() - t0 > budget_s:
+            raise OutOfTime
+
+    try:
+        tune(task, trials=trials, tuner=tuner, log=log, batch_size=16, progress=stop_when_late,
+             runner_options=RunnerOptions(min_repeat_ms=40),  # a GPU kernel: 40 ms is hundreds of calls
+             tuner_options={"transfer": []} if tuner == "xgb" else None)
+        return False, time.time() - t0
+    except OutOfTime:
+        return True, time.time() - t0
+
+
+def failures(records) -> dict:
+    """How many trials failed, by kind, with one message of each kind."""
+    kinds = {}
+    for r in records:
+        if not r.result.ok:
+            n, message = kinds.get(r.result.error.value, (0, r.result.message[:300]))
+            kinds[r.result.error.value] = (n + 1, message)
+    return kinds
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--task-budget-s", type=float, default=150)
+    ap.add_argument("--ms-trials", type=int, default=0, help="MetaSchedule at this budget (0: skip)")
+    ap.add_argument("--deadline-s", type=float, default=540, help="skip a step that would not end by then")
     ap.add_argument("--tuner", default="xgb")
     ap.add_argument("--out", default="benchmarks/work/gpu")
+    ap.add_argument("--target", default="cuda", choices=["cuda", "llvm"], help="llvm: a dry run without a GPU")
     args = ap.parse_args()
+    start = time.time()
     import tvm
 
-    from autotune import build_best, make_task, tune
+    from autotune import make_task
     from autotune.ops import random_inputs
+    from autotune.records import load_records, split_retimes
 
-    if not tvm.cuda(0).exist:
-        sys.exit("no CUDA device here: run this on a GPU machine (benchmarks/gpu_check.sh)")
-    arch = "sm_" + tvm.cuda(0).compute_version.replace(".", "")
+    cuda = args.target == "cuda"
+    if cuda and not tvm.cuda(0).exist:
+        sys.exit("no CUDA device here: run this on a GPU machine (benchmarks/gpu_check.sh), or --target llvm")
+    arch = "sm_" + tvm.cuda(0).compute_version.replace(".", "") if cuda else None
+    dev = tvm.cuda(0) if cuda else tvm.cpu(0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for label, (op, shape) in TASKS.items():
-        task = make_task(op, shape, target="cuda", arch=arch)
-        log = out / f"{task.key}.jsonl"
-        t0 = time.time()
-        res = tune(task, trials=args.trials, tuner=args.tuner, log=log, tuner_options={"transfer": []}
-                   if args.tuner == "xgb" else None)
-        kernel = build_best(log, task)
+    mode = choose_compile_mode(make_task("matmul", "M=256,N=256,K=256", target="cuda", arch=arch)) if cuda else None
+
+    def save(row):
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        (out / "gpu_results.json").write_text(json.dumps(rows, indent=1))
+
+    tuned = {}
+
+    def tune_and_compare(label, op, shape):
+        task = make_task(op, shape, target=args.target, arch=arch)
+        log = out / f"{op}.jsonl"
+        stopped, tune_s = tune_for(task, log, args.trials, args.task_budget_s, args.tuner)
+        first, _ = split_retimes(r for r in load_records(log) if r.task.key == task.key)
+        row = {"task": label, "arch": arch, "compile_mode": mode, "trials": len(first),
+               "stopped_by_budget": stopped and len(first) < args.trials, "tune_s": round(tune_s, 1),
+               "failures": failures(first)}
+        if not any(r.result.ok for r in first):
+            save({**row, "autotune_gflops": None})
+            return
         arrays = random_inputs(task.opdef, task.shape, "float32", seed=1)
-        ours = sorted(kernel.time(*arrays, repeat=15, min_repeat_ms=100))[7]
-        theirs = torch_time(task, arrays)
+        kernel, _ = best_within(log, task, len(first))
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
-        rows.append({"task": label, "arch": arch, "trials": len(res.records), "errors": res.errors,
-                     "autotune_gflops": gf(ours), "torch_gflops": gf(theirs), "ratio_vs_torch": theirs / ours,
-                     "tune_s": time.time() - t0, "config": kernel.config.to_dict()})
-        print(json.dumps(rows[-1]), flush=True)
-    (out / "gpu_results.json").write_text(json.dumps(rows, indent=1))
-    print("| task | autotune GFLOPS | torch GFLOPS | ratio |\n|---|---|---|---|")
+        ours = checked_time(kernel, arrays)
+        fp32, tf32 = torch_time(task, arrays, tf32=False), torch_time(task, arrays, tf32=True)
+        tuned[label] = (task, log, arrays)
+        save({**row, "autotune_gflops": gf(ours), "torch_fp32_gflops": gf(fp32), "torch_tf32_gflops": gf(tf32),
+              "ratio_vs_torch_fp32": fp32 / ours, "config": kernel.config.to_dict(),
+              "curve_gflops": [gf(min(r.result.mean_s for r in first[:i] if r.result.ok))
+                               for i in range(16, len(first) + 1, 16) if any(r.result.ok for r in first[:i])]})
+
+    for label, (op, shape) in TASKS.items():
+        try:
+            tune_and_compare(label, op, shape)
+        except Exception as err:  # noqa: BLE001 - report it and go on with the next task
+            traceback.print_exc()
+            save({"task": label, "crashed": f"{type(err).__name__}: {str(err)[-800:]}"})
+    if args.ms_trials:
+        from _baselines import metaschedule_kernel
+
+        for label, (task, log, arrays) in tuned.items():
+            if time.time() - start > args.deadline_s - 150:
+                print(f"skip MetaSchedule for {label}: too close to the deadline", flush=True)
+                continue
+            t0 = time.time()
+            with tempfile.TemporaryDirectory() as work:
+                got = metaschedule_kernel(task, args.ms_trials, work)
+                if got is None:
+                    save({"task": label, "metaschedule": "no valid kernel", "ms_s": round(time.time() - t0, 1)})
+                    continue
+                ms_exe, relay = got
+                import numpy as np
+
+                args_ms = [tvm.runtime.tensor(a, dev) for a in relay(arrays)]
+                out_ms = tvm.runtime.empty(task.opdef.output_shape(task.shape), "float32", dev)
+                ms_exe["main"](*args_ms, out_ms)
+                np.testing.assert_allclose(out_ms.numpy(), task.opdef.reference(task.shape, arrays),
+                                           rtol=1e-3, atol=1e-3)
+                ms = median(ms_exe.mod.time_evaluator("main", dev, number=1, repeat=15, min_repeat_ms=100)(
+                    *args_ms, out_ms).results)
+            kernel, _ = best_within(log, task, args.ms_trials)
+            ours = checked_time(kernel, arrays)
+            gf = lambda s, t=task: t.flops / s / 1e9  # noqa: E731
+            save({"task": label, "trials": args.ms_trials, "autotune_gflops": gf(ours), "metaschedule_gflops": gf(ms),
+                  "ratio_vs_metaschedule": ms / ours, "ms_s": round(time.time() - t0, 1)})
+    print("| task | trials | autotune GFLOPS | torch fp32 | torch tf32 | MetaSchedule | ratio |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['task']} | {r['autotune_gflops']:.0f} | {r['torch_gflops']:.0f} | {r['ratio_vs_torch']:.2f}x |")
+        if "crashed" in r or r.get("autotune_gflops", 0) is None:
+            print(f"| {r['task']} | {r.get('trials', '')} | {r.get('crashed') or r['failures']} | | | | |")
+        elif "torch_fp32_gflops" in r:
+            print(f"| {r['task']} | {r['trials']} | {r['autotune_gflops']:.0f} | {r['torch_fp32_gflops']:.0f} | "
+                  f"{r['torch_tf32_gflops']:.0f} | | {r['ratio_vs_torch_fp32']:.2f}x torch fp32 |")
+        elif "metaschedule_gflops" in r:
+            print(f"| {r['task']} | {r['trials']} | {r['autotune_gflops']:.0f} | | | {r['metaschedule_gflops']:.0f} | "
+                  f"{r['ratio_vs_metaschedule']:.2f}x MetaSchedule |")
 
 
 if __name__ == "__main__":
