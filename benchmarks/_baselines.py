@@ -20,11 +20,13 @@ def median_time(fn, repeat: int = 7, min_s: float = 0.2) -> float:
 PREPACKED_TORCH = {
     "dense": ("oneDNN's `_reorder_linear_weight` + `_linear_pointwise`", "`F.linear`"),
     "conv2d": ("oneDNN's `mkldnn_reorder_conv2d_weight` + `_convolution_pointwise`", "`F.conv2d`"),
+    "depthwise_conv2d": ("oneDNN's `mkldnn_reorder_conv2d_weight` + `_convolution_pointwise` (groups=C)",
+                         "`F.conv2d(groups=C)`"),
 }
 
 
 def torch_fn(task, arrays, prepacked: bool = False):
-    """A zero-argument callable running the task's operator with torch on `arrays`. prepacked (dense, conv2d):
+    """A zero-argument callable running the task's operator with torch on `arrays`. prepacked (PREPACKED_TORCH):
     oneDNN's kernel on a weight reordered once, ahead (what torch does for inference with constant weights)."""
     import torch
     import torch.nn.functional as F
@@ -33,8 +35,9 @@ def torch_fn(task, arrays, prepacked: bool = False):
     if task.op in ("matmul", "batch_matmul"):
         return lambda: torch.matmul(ts[0], ts[1])
     if task.op == "depthwise_conv2d":
-        return lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"], groups=p["C"])
-    if task.op == "dense":
+        per_call = lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"],  # noqa: E731
+                                    groups=p["C"])
+    elif task.op == "dense":
         per_call = lambda: F.linear(ts[0], ts[1])  # noqa: E731
     elif task.op == "conv2d":
         per_call = lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"],  # noqa: E731
@@ -49,16 +52,17 @@ def torch_fn(task, arrays, prepacked: bool = False):
 
 
 def _onednn_prepacked(task, ts):
-    """oneDNN's dense or conv2d on the weight ts[1] reordered once, now (PREPACKED_TORCH)."""
+    """oneDNN's dense, conv2d or depthwise conv2d on the weight ts[1] reordered once, now (PREPACKED_TORCH)."""
     import torch
 
     p = task.shape
     if task.op == "dense":
         w = torch.ops.mkldnn._reorder_linear_weight(ts[1], p["batch"])
         return lambda: torch.ops.mkldnn._linear_pointwise(ts[0], w, None, "none", [], "")
-    conv = [[p[k]] * 2 for k in ("padding", "stride", "dilation")]
-    w = torch._C._nn.mkldnn_reorder_conv2d_weight(ts[1].to_mkldnn(), *conv, 1, list(ts[0].shape))
-    return lambda: torch.ops.mkldnn._convolution_pointwise(ts[0], w, None, *conv, 1, "none", [None], "")
+    conv = [[p.get(k, 1)] * 2 for k in ("padding", "stride", "dilation")]
+    groups = p["C"] if task.op == "depthwise_conv2d" else 1
+    w = torch._C._nn.mkldnn_reorder_conv2d_weight(ts[1].to_mkldnn(), *conv, groups, list(ts[0].shape))
+    return lambda: torch.ops.mkldnn._convolution_pointwise(ts[0], w, None, *conv, groups, "none", [None], "")
 
 
 def _fast_build(mod, target, _params):

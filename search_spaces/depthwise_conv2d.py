@@ -4,7 +4,9 @@ Loops of block "conv": n, c, y, x (spatial), r, s (reduction). Tiling:
   parallel [n, c0, y0] -> y1 -> x0 -> r, s -> register tile.
 Variant "c" (packed): register tile x1 x c1, vectorised over channels; the padded input is
 produced as [N, C/c1, H, W, c1] (the padding block, or a copy of the input, does the
-re-layout), the weight is read as [C/c1, R, S, c1], the accumulator is [N, C/c1, OH, OW, c1].
+re-layout), the weight is read as [C/c1, R, S, 1, c1], the accumulator is [N, C/c1, OH, OW, c1].
+The weight's copy is a PREPACK block: the compiled kernel takes the weight packed ahead (a layer's
+weight is packed once, when the model is built), as the conv2d template's packed variant does.
 Variant "x" (direct): register tile c1 x x1, vectorised over output width, NCHW throughout.
 The padded/packed input is produced per parallel tile ("tile"), up front ("root"), or, for
 the direct variant, inlined into the convolution ("inline").
@@ -15,7 +17,7 @@ from __future__ import annotations
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
-from .base import Template, prim_func
+from .base import PREPACK, Relayout, Template, prim_func
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -93,14 +95,25 @@ def _place_input(sch, blk, task: Task, where: str, cb: int, outer) -> None:
     vectorize_inner(sch, producer, VECTOR_LANES)
 
 
+def _weight_map(cb: int):
+    """Weight [C, 1, R, S] index -> its index in [C/cb, R, S, 1, cb] (a channel block contiguous)."""
+    return lambda b, one, h, w: (b // cb, h, w, one, b % cb)
+
+
+def relayouts(task: Task, cfg: Config) -> tuple[Relayout, ...]:
+    """The packed variant's kernel takes the weight packed ahead."""
+    return (Relayout(1, _weight_map(cfg["tile_c"][-1])),) if cfg["vec_axis"] == "c" else ()
+
+
 def _pack_weight(sch, blk, cb: int) -> None:
-    """Copy weight [C, 1, R, S] into [C/cb, R, S, 1, cb], in parallel over channel blocks."""
+    """Copy weight [C, 1, R, S] into [C/cb, R, S, 1, cb], in a PREPACK block (parallel over channel blocks)."""
     wpack = sch.cache_read(blk, "weight", "global")
-    sch.transform_layout(wpack, ("write", 0), lambda b, one, h, w: (b // cb, h, w, one, b % cb))
+    sch.transform_layout(wpack, ("write", 0), _weight_map(cb))
+    sch.annotate(wpack, PREPACK, 1)
     c, one, r, s = sch.get_loops(wpack)
     co, ci = split(sch, c, (int(sch.get(c).extent) // cb, cb))
     sch.reorder(co, one, r, s, ci)
     sch.parallel(co)
 
 
-DEPTHWISE_CPU = Template("depthwise_conv2d_cpu", "depthwise_conv2d", "llvm", define_space, apply)
+DEPTHWISE_CPU = Template("depthwise_conv2d_cpu", "depthwise_conv2d", "llvm", define_space, apply, relayouts)

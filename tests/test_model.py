@@ -96,33 +96,43 @@ def test_extract_from_factory_and_pt2(tmp_path):
 class _ConvOfAnInput(torch.nn.Module):
     """A convolution whose weight is an input, not a constant: the model itself must pack it."""
 
+    def __init__(self, groups: int = 1):
+        super().__init__()
+        self.groups = groups
+
     def forward(self, x, w):
-        return torch.nn.functional.conv2d(x, w, padding=1)
+        return torch.nn.functional.conv2d(x, w, padding=1, groups=self.groups)
 
 
+PACKED_VARIANTS = {"conv2d": ("vec_axis", "k", 1), "depthwise_conv2d": ("vec_axis", "c", 16)}  # knob, value, groups
+
+
+@pytest.mark.parametrize("op", list(PACKED_VARIANTS))
 @pytest.mark.parametrize("weight", ["constant", "input"])
-def test_packed_conv_kernel_gets_its_weight_packed(weight, tmp_path):
-    """A conv2d kernel of the packed variant takes its weight packed ahead: a constant weight is packed at build
-    time, any other one by a layout_transform the built model runs."""
+def test_packed_conv_kernel_gets_its_weight_packed(op, weight, tmp_path):
+    """A conv2d (or depthwise) kernel of the packed variant takes its weight packed ahead: a constant weight is
+    packed at build time, any other one by a layout_transform the built model runs."""
     import search_spaces
     from autotune.tune import tune
 
-    x, w = torch.randn(1, 8, 8, 8), torch.randn(16, 8, 3, 3)
+    knob, packed_value, groups = PACKED_VARIANTS[op]
+    x, w = torch.randn(1, 16, 8, 8), torch.randn(16, 16 // groups, 3, 3)
     if weight == "constant":
-        model, inputs = torch.nn.Conv2d(8, 16, 3, padding=1, bias=False).eval(), (x,)
+        model, inputs = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False, groups=groups).eval(), (x,)
         with torch.no_grad():
             model.weight.copy_(w)
     else:
-        model, inputs = _ConvOfAnInput(), (x, w)
+        model, inputs = _ConvOfAnInput(groups), (x, w)
     cap = capture(model, inputs)
     [(task, _)] = extract_tasks(cap)
+    assert task.op == op
     log = tmp_path / "conv.jsonl"
     tune(task, trials=12, tuner="random", log=log, builder=FakeBuilder(), retime=0,
-         runner=SimulatedRunner(lambda cfg: 1e-4 if cfg["vec_axis"] == "k" else 1e-3))
+         runner=SimulatedRunner(lambda cfg: 1e-4 if cfg[knob] == packed_value else 1e-3))
     built = build_model(cap, logs=[log])
     [kernel] = built.report.kernels
-    space = search_spaces.resolve(search_spaces.default_template_ref("conv2d", "llvm")).define_space(task)
-    assert kernel.tuned and space.get(kernel.config_index)["vec_axis"] == "k"
+    space = search_spaces.resolve(search_spaces.default_template_ref(op, "llvm")).define_space(task)
+    assert kernel.tuned and space.get(kernel.config_index)[knob] == packed_value
     packs = [name for name in built.report.generic if "layout_transform" in name]
     assert bool(packs) == (weight == "input"), built.report.generic  # a constant weight is packed at build time
     with torch.no_grad():

@@ -286,6 +286,27 @@ def test_depthwise_packed_variant_structure() -> None:
         _template(task).apply(task, _config(space, vec_axis="c", tile_c=(2, 16), input_at="inline"))
 
 
+def test_depthwise_packed_kernel_takes_weight_packed_ahead() -> None:
+    """As conv2d's packed variant: the schedule copies W in a PREPACK block, the kernel takes W packed ahead."""
+    from search_spaces.base import PREPACK
+
+    task = _task("depthwise_conv2d", "C=32,H=8,W=8,R=3,S=3,padding=1")
+    template = _template(task)
+    space = template.define_space(task)
+    cfg = _config(space, vec_axis="c", tile_c=(2, 16), input_at="root")
+    sch = template.apply(task, cfg)
+    assert f'"{PREPACK}": 1' in sch.mod.script()
+    kernel = template.kernel(task, cfg).script()
+    assert "weight_global: T.Buffer((2, 3, 3, 1, 16)" in kernel and "weight[" not in kernel
+    x, w = random_inputs(task.opdef, task.shape, task.dtype)
+    packed = template.kernel_inputs(task, cfg, [x, w])[1]
+    assert np.array_equal(packed, w.reshape(2, 16, 1, 3, 3).transpose(0, 3, 4, 2, 1))  # [C/16, R, S, 1, 16]
+    assert _run(task, sch, template, cfg) is None
+    direct = _config(space, vec_axis="x", tile_c=(4, 8), input_at="inline")
+    assert template.relayouts(task, direct) == () and template.kernel(task, direct).script() == \
+        template.apply(task, direct).mod.script()
+
+
 def test_illegal_config_raises() -> None:
     task = _task("matmul", "M=16,N=16,K=16")
     space = _template(task).define_space(task)
