@@ -20,6 +20,8 @@ from .space import Config
 from .task import Task
 
 LOG_FORMAT = 1
+RETIME_SHARE = 0.9  # contenders: first measured at >= 90% of the best first measurement's throughput
+RETIME_TOP = 8  # at most this many contenders (`autotune.retime` times them again after the last trial)
 
 
 @dataclass(frozen=True)
@@ -178,9 +180,21 @@ def split_retimes(records: Iterable[Record]) -> tuple[list[Record], list[Record]
     return trials, retimes
 
 
+def contenders(trials: list[Record], share: float = RETIME_SHARE, top: int = RETIME_TOP) -> list[Record]:
+    """The valid trials first measured within `share` of the best one's throughput, fastest first."""
+    valid = sorted((r for r in trials if r.result.ok), key=lambda r: r.result.mean_s)
+    if not valid:
+        return []
+    bound = valid[0].result.mean_s / share
+    return [r for r in valid[:top] if r.result.mean_s <= bound]
+
+
 def best_record(records: Iterable[Record]) -> Record | None:
-    """The record of the fastest config, a config timed several times being scored by the median of its
-    timings (the slower middle one of an even count): one lucky timing does not make a config best.
+    """The record of the fastest config among the contenders (`contenders`: the configs whose first timing is
+    within RETIME_SHARE of the best first timing, the ones `autotune.retime` times again), each scored by the
+    median of its timings (the slower middle one of an even count): one lucky timing does not make a config
+    best, and a config first timed outside that share never outranks a contender on a single timing taken at
+    another moment (this machine's speed changed 2x between a run's trials and its re-timings once).
     A config with any failed measurement (WRONG_ANSWER or any other error) never counts."""
     timings: dict[tuple[str, str, str, int], list[Record]] = {}
     failed: set[tuple[str, str, str, int]] = set()
@@ -189,8 +203,9 @@ def best_record(records: Iterable[Record]) -> Record | None:
             timings.setdefault(config_key(r), []).append(r)
         else:
             failed.add(config_key(r))
+    firsts = contenders([recs[0] for key, recs in timings.items() if key not in failed])
     medians = [sorted(recs, key=lambda r: r.result.mean_s)[len(recs) // 2]
-               for key, recs in timings.items() if key not in failed]
+               for recs in (timings[config_key(f)] for f in firsts)]
     return min(medians, key=lambda r: r.result.mean_s) if medians else None
 
 

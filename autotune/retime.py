@@ -14,20 +14,9 @@ import random
 from collections import Counter
 
 from .measure_types import MeasureInput
-from .records import Record, config_key
+from .records import RETIME_SHARE, RETIME_TOP, Record, config_key, contenders  # noqa: F401 - retime's terms
 
 RETIMES = 2  # default rounds: with the first timing, a median of 3
-RETIME_SHARE = 0.9  # contenders: first measured at >= 90% of the best first measurement's throughput
-RETIME_TOP = 8
-
-
-def contenders(trials: list[Record], share: float = RETIME_SHARE, top: int = RETIME_TOP) -> list[Record]:
-    """The valid trials first measured within `share` of the best one's throughput, fastest first."""
-    valid = sorted((r for r in trials if r.result.ok), key=lambda r: r.result.mean_s)
-    if not valid:
-        return []
-    bound = valid[0].result.mean_s / share
-    return [r for r in valid[:top] if r.result.mean_s <= bound]
 
 
 def next_round(trials: list[Record], retimes: list[Record], rounds: int, seed: int = 0) -> list[MeasureInput]:

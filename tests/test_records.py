@@ -70,6 +70,21 @@ def test_best_scores_a_config_by_the_median_of_its_timings(small_matmul):
     assert best_record(lucky + [_rec(small_matmul, 2, error=ErrorKind.RUN_TIMEOUT)] + steady) is lucky[2]
 
 
+def test_best_is_a_contender_even_when_its_retimings_ran_slow(small_matmul):
+    """Configs 1 and 2 were first timed fastest (the contenders) and re-timed while the machine ran at half speed;
+    config 3, first timed outside 90% of the best, was never re-timed: its one timing, taken at another moment,
+    does not outrank them. Before the re-timings it is not best either; a faster newcomer is (one timing)."""
+    def timed(index, *ms):
+        return [_rec(small_matmul, index, t * 1e-3) for t in ms]
+
+    trials = timed(1, 0.44) + timed(2, 0.46) + timed(3, 0.50)
+    retimes = timed(1, 0.64, 0.62) + timed(2, 0.89, 0.93)
+    best = best_record(trials + retimes)
+    assert best.input.config.index == 1 and best.result.mean_s == 0.62e-3
+    assert best_record(trials).input.config.index == 1
+    assert best_record(trials + retimes + timed(4, 0.40)).input.config.index == 4  # a new best trial in a resume
+
+
 def test_best_ignores_errors(small_matmul):
     recs = [_rec(small_matmul, 1, 2e-3), _rec(small_matmul, 2, error=ErrorKind.WRONG_ANSWER), _rec(small_matmul, 3, 1e-3)]
     assert best_record(recs).input.config.index == 3
