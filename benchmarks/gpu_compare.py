@@ -31,6 +31,13 @@ class OutOfTime(Exception):
     pass
 
 
+def check(task, got, arrays) -> None:
+    """Raise unless `got` is the task's output on `arrays` (numpy reference, fp32 tolerance)."""
+    import numpy as np
+
+    np.testing.assert_allclose(got, task.opdef.reference(task.shape, arrays), rtol=1e-3, atol=1e-3)
+
+
 def median(xs) -> float:
     xs = sorted(xs)
     return xs[len(xs) // 2]
@@ -38,7 +45,6 @@ def median(xs) -> float:
 
 def torch_time(task, arrays, tf32: bool) -> float:
     """Median seconds per call of the torch op on the GPU (CUDA events), after checking its answer."""
-    import numpy as np
     import torch
     import torch.nn.functional as F
 
@@ -50,10 +56,8 @@ def torch_time(task, arrays, tf32: bool) -> float:
     p = task.shape
     fn = (lambda: torch.matmul(*ts)) if task.op == "matmul" else \
         (lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"]))
-    ref = task.opdef.reference(task.shape, arrays)
-    got = fn().cpu().numpy()
     if not tf32:
-        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+        check(task, fn().cpu().numpy(), arrays)
     if not cuda:  # --target llvm: a dry run of this script on a machine without a GPU
         from autotune.timing import time_calls
 
@@ -74,10 +78,7 @@ def torch_time(task, arrays, tf32: bool) -> float:
 
 def checked_time(kernel, arrays) -> float:
     """Median seconds per call of an autotune Kernel, after checking it against numpy."""
-    import numpy as np
-
-    np.testing.assert_allclose(kernel(*arrays), kernel.task.opdef.reference(kernel.task.shape, arrays),
-                               rtol=1e-3, atol=1e-3)
+    check(kernel.task, kernel(*arrays), arrays)
     return median(kernel.time(*arrays, repeat=15, min_repeat_ms=100))
 
 
@@ -96,13 +97,10 @@ def choose_compile_mode(task) -> str:
     that works is left in TVM_CUDA_COMPILE_MODE for the build workers started later."""
     import os
 
-    import numpy as np
-
-    from autotune.kernel import compile_config
-    from autotune.ops import random_inputs
-
     import search_spaces
     from autotune.gpu_limits import check_config
+    from autotune.kernel import compile_config
+    from autotune.ops import random_inputs
 
     template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
     space = template.define_space(task)
@@ -111,8 +109,7 @@ def choose_compile_mode(task) -> str:
     for mode in ("nvrtc", "nvcc"):
         os.environ["TVM_CUDA_COMPILE_MODE"] = mode
         try:
-            got = compile_config(task, index)(*arrays)
-            np.testing.assert_allclose(got, task.opdef.reference(task.shape, arrays), rtol=1e-3, atol=1e-3)
+            check(task, compile_config(task, index)(*arrays), arrays)
             print(f"CUDA compile mode {mode}: config {index} runs and is correct", flush=True)
             return mode
         except Exception as err:  # noqa: BLE001 - report and try the other compiler
@@ -227,13 +224,10 @@ def main() -> None:
                     save({"task": label, "metaschedule": "no valid kernel", "ms_s": round(time.time() - t0, 1)})
                     continue
                 ms_exe, relay = got
-                import numpy as np
-
                 args_ms = [tvm.runtime.tensor(a, dev) for a in relay(arrays)]
                 out_ms = tvm.runtime.empty(task.opdef.output_shape(task.shape), "float32", dev)
                 ms_exe["main"](*args_ms, out_ms)
-                np.testing.assert_allclose(out_ms.numpy(), task.opdef.reference(task.shape, arrays),
-                                           rtol=1e-3, atol=1e-3)
+                check(task, out_ms.numpy(), arrays)
                 ms = median(ms_exe.mod.time_evaluator("main", dev, number=1, repeat=15, min_repeat_ms=100)(
                     *args_ms, out_ms).results)
             kernel, _ = best_within(log, task, args.ms_trials)
