@@ -3,8 +3,8 @@
 One timing of a kernel varies by about 5% here and the machine's speed drifts by as much within a minute,
 so the best of hundreds of single timings is partly luck (benchmarks/RESULTS.md, bench_search). After
 the last trial, the configs first measured within RETIME_SHARE of the best one (at most RETIME_TOP of
-them) are timed `rounds` more times, each round over all of them in a shuffled order, and
-`records.best_record` scores every config by the median of its timings. Re-timings are ordinary records
+them, `records.contenders`) are timed `rounds` more times, each round over all of them in a shuffled order, and
+`records.best_record` scores each contender by the median of its timings. Re-timings are ordinary records
 of the same config in the log: a run stopped among them resumes with the rounds still missing.
 """
 
@@ -14,7 +14,7 @@ import random
 from collections import Counter
 
 from .measure_types import MeasureInput
-from .records import RETIME_SHARE, RETIME_TOP, Record, config_key, contenders  # noqa: F401 - retime's terms
+from .records import Record, config_key, contenders
 
 RETIMES = 2  # default rounds: with the first timing, a median of 3
 

@@ -77,10 +77,12 @@ def _with_gpu_limits(target: dict) -> dict:
     """MetaSchedule's CUDA rules need the block limits in the target (autotune's own CUDA targets do not)."""
     if target["kind"] != "cuda":
         return target
-    from autotune.gpu_limits import STATIC_SHARED_BYTES, REGISTERS_PER_BLOCK
+    from autotune.gpu_limits import limits_for
 
-    return {"max_threads_per_block": 1024, "max_shared_memory_per_block": STATIC_SHARED_BYTES,
-            "thread_warp_size": 32, "registers_per_block": REGISTERS_PER_BLOCK, **target}
+    limits = limits_for(target["arch"])
+    return {"max_threads_per_block": limits.max_threads_per_block, "max_shared_memory_per_block":
+            limits.max_shared_bytes, "thread_warp_size": 32, "registers_per_block": limits.registers_per_block,
+            **target}
 
 
 def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0, layout_free: tuple[int, ...] = ()):

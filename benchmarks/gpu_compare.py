@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
 import traceback
+from itertools import accumulate
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -82,14 +84,13 @@ def checked_time(kernel, arrays) -> float:
     return median(kernel.time(*arrays, repeat=15, min_repeat_ms=100))
 
 
-def best_within(log: Path, task, trials: int):
-    """Our best kernel among the first `trials` measured configs of the log (compiled)."""
+def best_within(first, task, trials: int):
+    """Our best kernel among the first `trials` measured configs (`first`: the log's trials, in order), compiled."""
     from autotune.kernel import compile_config
-    from autotune.records import best_record, load_records, split_retimes
+    from autotune.records import best_record
 
-    first, _ = split_retimes(r for r in load_records(log) if r.task.key == task.key)
     best = best_record(first[:trials])
-    return compile_config(task, best.input.config.index, best.input.template), best
+    return compile_config(task, best.input.config.index, best.input.template)
 
 
 def choose_compile_mode(task) -> str:
@@ -164,6 +165,7 @@ def main() -> None:
     from autotune import make_task
     from autotune.ops import random_inputs
     from autotune.records import load_records, split_retimes
+    from autotune.timing import time_kernel
 
     cuda = args.target == "cuda"
     if cuda and not tvm.cuda(0).exist:
@@ -194,15 +196,15 @@ def main() -> None:
             save({**row, "autotune_gflops": None})
             return
         arrays = random_inputs(task.opdef, task.shape, "float32", seed=1)
-        kernel, _ = best_within(log, task, len(first))
+        kernel = best_within(first, task, len(first))
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
         ours = checked_time(kernel, arrays)
         fp32, tf32 = torch_time(task, arrays, tf32=False), torch_time(task, arrays, tf32=True)
-        tuned[label] = (task, log, arrays)
+        tuned[label] = (task, first, arrays)
+        best_so_far = list(accumulate((r.result.mean_s if r.result.ok else math.inf for r in first), min))
         save({**row, "autotune_gflops": gf(ours), "torch_fp32_gflops": gf(fp32), "torch_tf32_gflops": gf(tf32),
               "ratio_vs_torch_fp32": fp32 / ours, "config": kernel.config.to_dict(),
-              "curve_gflops": [gf(min(r.result.mean_s for r in first[:i] if r.result.ok))
-                               for i in range(16, len(first) + 1, 16) if any(r.result.ok for r in first[:i])]})
+              "curve_gflops": [gf(s) for s in best_so_far[15::16] if math.isfinite(s)]})
 
     for label, (op, shape) in TASKS.items():
         try:
@@ -213,7 +215,7 @@ def main() -> None:
     if args.ms_trials:
         from _baselines import metaschedule_kernel
 
-        for label, (task, log, arrays) in tuned.items():
+        for label, (task, first, arrays) in tuned.items():
             if time.time() - start > args.deadline_s - 150:
                 print(f"skip MetaSchedule for {label}: too close to the deadline", flush=True)
                 continue
@@ -228,9 +230,8 @@ def main() -> None:
                 out_ms = tvm.runtime.empty(task.opdef.output_shape(task.shape), "float32", dev)
                 ms_exe["main"](*args_ms, out_ms)
                 check(task, out_ms.numpy(), arrays)
-                ms = median(ms_exe.mod.time_evaluator("main", dev, number=1, repeat=15, min_repeat_ms=100)(
-                    *args_ms, out_ms).results)
-            kernel, _ = best_within(log, task, args.ms_trials)
+                ms = median(time_kernel(ms_exe.mod, dev, [*args_ms, out_ms], repeat=15, min_repeat_ms=100))
+            kernel = best_within(first, task, args.ms_trials)
             ours = checked_time(kernel, arrays)
             gf = lambda s, t=task: t.flops / s / 1e9  # noqa: E731
             save({"task": label, "trials": args.ms_trials, "autotune_gflops": gf(ours), "metaschedule_gflops": gf(ms),
