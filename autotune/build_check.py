@@ -10,10 +10,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .measure import LocalBuilder
 from .measure_types import ErrorKind, MeasureInput
 from .task import Task
-from .tuners.simple import RandomTuner
 
 
 @dataclass
@@ -32,17 +33,24 @@ class BuildReport:
 
 def build_only(task: Task, trials: int, template_ref: str, seed: int = 0, batch_size: int = 16,
                build_timeout: float = 60.0) -> BuildReport:
+    """Random configs until `trials` of them pass the validity filter (and were compiled), or 50x as many drawn.
+
+    Uniform draws, not the tuners' (which skip what breaks the target's limits): the report says how much of the
+    space the filter rejects, and why.
+    """
     import search_spaces
 
     space = search_spaces.resolve(template_ref).define_space(task)
-    tuner = RandomTuner(task, space, template_ref, seed=seed)
+    rng = np.random.default_rng(seed)
+    drawn: set[int] = set()
     report = BuildReport()
     builder = LocalBuilder(timeout=build_timeout)
     try:
-        while report.proposed < trials:
-            batch = tuner.next_batch(min(batch_size, trials - report.proposed))
+        while report.proposed - report.invalid < trials and report.proposed < 50 * trials:
+            batch = space.sample(rng, min(batch_size, trials - (report.proposed - report.invalid)), exclude=drawn)
             if not batch:
                 break
+            drawn.update(batch)
             inputs = [MeasureInput(task, space.get(i), template_ref) for i in batch]
             for res in builder.build(inputs):
                 report.proposed += 1

@@ -5,25 +5,30 @@
 #                                          # GPU machine lacks (TVM 0.27, tvm-ffi, xgboost) for its
 #                                          # Python 3.12 into .gpu/ (git-ignored), TVM recompressed with xz
 #   device run, carry [".gpu/tvm.tar.xz"]:  bash benchmarks/gpu_check.sh unpack
-#   device run, carry [".gpu/wheels"], issued right after (the machine keeps ignored paths while warm):
+#   device run, carry [".gpu/wheels"], issued right after (the machine keeps /tmp while warm):
 #                                           bash benchmarks/gpu_check.sh run
 #
 # Why two device calls: what travels is capped at 64 MiB a call. TVM's compiler library alone is
 # 59.5 MiB after `xz -9e` (measured, without the cutlass headers); with the tvm-ffi and xgboost wheels
-# (9 MB) it does not fit in one call. `unpack` leaves TVM in .gpu/site (ignored, kept between calls).
+# (9 MB) it does not fit in one call. `unpack` leaves TVM in $SITE (/tmp, outside the repo: kept while the
+# machine stays warm).
 # The GPU image already has python3.12 with torch, numpy, cloudpickle, psutil, tqdm and
 # cuda-bindings (NVRTC, which TVM uses to compile CUDA source when the kernel library loads).
 # The TVM wheel (~100 MB) is over what travels (64 MiB), so prepare repacks it with xz.
 #
-# Lease plan (15 device minutes): start ~2 min, unpack ~1 min, then `run` at once (a machine stays warm
-# only 30 s), which ends by itself in about 8 min (TASK_BUDGET_S, DEADLINE_S): give the machine back after.
-# Rehearse here first: PYTHONPATH=.gpu/site with a Python 3.12 venv holding numpy, scipy, ml_dtypes,
+# Lease plan (15 device minutes; session 35 ran it: start ~1 min, unpack 5 s, run 369 s with DEADLINE_S=400):
+# `run` at once after `unpack` (a machine stays warm only 30 s idle); give the machine back after.
+# Rehearse here first: `GPU_SITE=.gpu/site bash benchmarks/gpu_check.sh unpack`, then PYTHONPATH=.gpu/site
+# with a Python 3.12 venv holding numpy, scipy, ml_dtypes,
 # typing_extensions, cloudpickle, psutil and tqdm (as the GPU image has) runs everything up to the first
 # GPU call, and `python benchmarks/gpu_compare.py --target llvm --trials 16 --task-budget-s 30
 # --ms-trials 16` runs the whole comparison on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
+# Outside the repo: between two device calls the machine keeps the compiled libraries of an ignored folder
+# in the repo but not its Python files (seen: .gpu/site/tvm held only lib/ at the second call).
+SITE=${GPU_SITE:-/tmp/autotune_gpu_site}
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64)
 case "$mode" in
@@ -39,17 +44,17 @@ prepare)
   ls -la .gpu/tvm.tar.xz; du -sh .gpu/wheels; echo "each must travel in its own device call (< 64 MiB with the repo)"
   ;;
 unpack)
-  rm -rf .gpu/site && mkdir -p .gpu/site && tar -C .gpu/site -xJf .gpu/tvm.tar.xz && du -sh .gpu/site
+  rm -rf "$SITE" && mkdir -p "$SITE" && tar -C "$SITE" -xJf .gpu/tvm.tar.xz && du -sh "$SITE"
   ;;
 run)
-  test -d .gpu/site/tvm || { echo "run 'gpu_check.sh unpack' in a device call first" >&2; exit 2; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --target .gpu/site .gpu/wheels/*.whl
-  export PYTHONPATH=$PWD/.gpu/site:$PWD PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
+  test -f "$SITE/tvm/__init__.py" || { echo "run 'gpu_check.sh unpack' in a device call first" >&2; exit 2; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .gpu/wheels/*.whl
+  export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
   out=${OUT:-.gpu/out}
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version --format=csv || true
   command -v nvcc || echo "no nvcc on PATH"
-  python3 -c "import tvm; print('tvm', tvm.__version__, 'cuda', tvm.cuda(0).exist, tvm.cuda(0).compute_version)"
+  python3 -c "import tvm; print('tvm', tvm.__file__, 'cuda', tvm.cuda(0).exist, tvm.cuda(0).compute_version)"
   # tuning stops at TRIALS or TASK_BUDGET_S per task; MetaSchedule (MS_TRIALS) only while DEADLINE_S allows
   python3 benchmarks/gpu_compare.py --trials "${TRIALS:-200}" --task-budget-s "${TASK_BUDGET_S:-90}" \
       --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-430}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"

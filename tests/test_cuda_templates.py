@@ -150,6 +150,21 @@ def test_filter_ignores_cpu_templates() -> None:
     assert check_config(task, MATMUL_CPU, space.get(0)) is None
 
 
+@pytest.mark.parametrize("tuner_name", ["random", "grid"])
+def test_model_free_tuners_skip_configs_over_the_gpu_limits(tuner_name: str) -> None:
+    from autotune.tuners.simple import GridTuner, RandomTuner
+
+    task = _task("conv2d", CONV_56)
+    ref = "search_spaces.cuda_conv2d:CONV2D_CUDA"
+    space = CONV2D_CUDA.define_space(task)
+    uniform = space.sample(np.random.default_rng(0), 64)
+    assert sum(check_config(task, CONV2D_CUDA, space.get(i)) is not None for i in uniform) > 16  # the filter matters
+    tuner = (RandomTuner if tuner_name == "random" else GridTuner)(task, space, ref, seed=0)
+    batch = tuner.next_batch(32) + tuner.next_batch(32)
+    assert len(batch) == len(set(batch)) == 64
+    assert all(check_config(task, CONV2D_CUDA, space.get(i)) is None for i in batch)
+
+
 def test_limits_per_arch() -> None:
     assert compute_capability("sm_90a") == 90
     assert limits_for("sm_90").max_shared_optin == 227 * 1024
