@@ -59,6 +59,51 @@ def test_loop_features_have_one_length_for_every_task_and_operator(task, templat
     assert len({tuple(r) for r in X[ok]}) > 1  # different configs look different
 
 
+def _without_weight_copy(mod):
+    """`mod` (a kernel, `Template.kernel`) less the emptied loop nest of its PREPACK copy: the kernel as run."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    from search_spaces.base import PREPACK
+
+    def is_copy(stmt):
+        while isinstance(stmt, tirx.For):
+            stmt = stmt.body
+        return isinstance(stmt, s_tir.SBlockRealize) and PREPACK in stmt.block.annotations
+
+    func = mod["main"]
+    root = func.body.block
+    kept = [st for st in root.body.seq if not is_copy(st)]
+    assert len(kept) == len(root.body.seq) - 1
+    body = kept[0] if len(kept) == 1 else tirx.SeqStmt(kept)
+    block = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, body, root.init,
+                         list(root.alloc_buffers), root.match_buffers, root.annotations)
+    return tvm.IRModule({"main": func.with_body(s_tir.SBlockRealize(func.body.iter_values, func.body.predicate,
+                                                                    block))})
+
+
+@pytest.mark.parametrize("op,shape", [("conv2d", "C=64,H=28,W=28,K=64,R=3,S=3,padding=1"),
+                                      ("depthwise_conv2d", "C=96,H=28,W=28,R=3,S=3,padding=1")])
+def test_loop_features_leave_out_the_weight_copy_of_a_packed_kernel(op, shape):
+    """A config whose kernel takes its weight packed ahead is featured as that kernel: the copy in its schedule
+    (a PREPACK block, run once per model) changes no feature (PerStoreFeature drops layout-rewrite blocks)."""
+    import tvm
+
+    import search_spaces
+    from cost_models.features import loop_rows
+
+    task = make_task(op, shape)
+    template = search_spaces.resolve(search_spaces.default_template_ref(op, "llvm"))
+    space = template.define_space(task)
+    packed = [space.get(i) for i in space.sample(np.random.default_rng(0), 200)
+              if template.relayouts(task, space.get(i))][:6]
+    as_run = dataclasses.replace(
+        template, apply=lambda t, cfg: tvm.s_tir.Schedule(_without_weight_copy(template.kernel(t, cfg))))
+    got, want = np.stack(loop_rows(task, template, packed)), np.stack(loop_rows(task, as_run, packed))
+    assert valid_rows(want).sum() >= 2  # (illegal configs: NaN rows in both)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_illegal_config_gets_a_nan_row():
     space = TOY_MATMUL.define_space(MM)
     illegal = next(i for i in range(len(space)) if toy_matmul_cost(MM, space.get(i)) is None)
