@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     add_rpc_runner_arguments(t)
     t.add_argument("--build-only", action="store_true",
-                   help="validate and compile candidates, measure nothing (e.g. CUDA on a machine without a GPU)")
+                   help="compile --trials random configs that pass the validity filter and report how many were "
+                        "rejected and why; measure nothing (e.g. CUDA on a machine without a GPU)")
     add_dynamic_arguments(t)
 
     b = sub.add_parser("best", help="best valid config per task in logs")

@@ -16,8 +16,10 @@
 # cuda-bindings (NVRTC, which TVM uses to compile CUDA source when the kernel library loads).
 # The TVM wheel (~100 MB) is over what travels (64 MiB), so prepare repacks it with xz.
 #
-# Lease plan (15 device minutes; session 35 ran it: start ~1 min, unpack 5 s, run 369 s with DEADLINE_S=400):
-# `run` at once after `unpack` (a machine stays warm only 30 s idle); give the machine back after.
+# Lease plan (15 device minutes; session 35 ran it: start ~1 min, unpack 5 s, run 369 s with DEADLINE_S=400,
+# which left no time for MetaSchedule on conv2d: each task's tuning ~100 s, MetaSchedule 64 trials 140-160 s).
+# `run` at once after `unpack` (a machine stays warm only 30 s idle), device timeout 580; the default
+# DEADLINE_S=520 fits both tasks and both MetaSchedule runs (about 530 s); give the machine back after.
 # Rehearse here first: `GPU_SITE=.gpu/site bash benchmarks/gpu_check.sh unpack`, then PYTHONPATH=.gpu/site
 # with a Python 3.12 venv holding numpy, scipy, ml_dtypes,
 # typing_extensions, cloudpickle, psutil and tqdm (as the GPU image has) runs everything up to the first
@@ -57,7 +59,7 @@ run)
   python3 -c "import tvm; print('tvm', tvm.__file__, 'cuda', tvm.cuda(0).exist, tvm.cuda(0).compute_version)"
   # tuning stops at TRIALS or TASK_BUDGET_S per task; MetaSchedule (MS_TRIALS) only while DEADLINE_S allows
   python3 benchmarks/gpu_compare.py --trials "${TRIALS:-200}" --task-budget-s "${TASK_BUDGET_S:-90}" \
-      --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-430}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
+      --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-520}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
   python3 -m autotune.cli tune conv2d --shape N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1 --target cuda \
       --build-only --trials 8 --log "$out/cli_build_only.jsonl"
   ;;
