@@ -25,9 +25,14 @@ class BuildReport:
     compile_errors: int = 0
     reasons: Counter = field(default_factory=Counter)  # rejection reasons, numbers masked
 
+    @property
+    def valid(self) -> int:
+        """Candidates that passed the validity filter (built or failed to build)."""
+        return self.proposed - self.invalid
+
     def summary(self) -> str:
         why = "; ".join(f"{n} x {r}" for r, n in self.reasons.most_common(5))
-        return (f"{self.proposed} candidates: {self.proposed - self.invalid} valid, {self.invalid} invalid, "
+        return (f"{self.proposed} candidates: {self.valid} valid, {self.invalid} invalid, "
                 f"{self.built} built, {self.compile_errors} failed to build" + (f"\nrejections: {why}" if why else ""))
 
 
@@ -46,8 +51,8 @@ def build_only(task: Task, trials: int, template_ref: str, seed: int = 0, batch_
     report = BuildReport()
     builder = LocalBuilder(timeout=build_timeout)
     try:
-        while report.proposed - report.invalid < trials and report.proposed < 50 * trials:
-            batch = space.sample(rng, min(batch_size, trials - (report.proposed - report.invalid)), exclude=drawn)
+        while report.valid < trials and report.proposed < 50 * trials:
+            batch = space.sample(rng, min(batch_size, trials - report.valid), exclude=drawn)
             if not batch:
                 break
             drawn.update(batch)

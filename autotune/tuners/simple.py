@@ -7,25 +7,14 @@ is compiled (on sm_90, 64% of uniform random conv2d configs break a limit, 49% o
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..measure_types import MeasureInput, MeasureResult
 from ..space import ConfigSpace
 from ..task import Task
-
-
-def runnable_filter(task: Task | None, space: ConfigSpace, template_ref: str) -> Callable[[int], bool] | None:
-    """Predicate on config indices: False for a config that breaks the target's limits; None where none apply."""
-    if task is None or task.target_kind != "cuda":
-        return None
-    import search_spaces
-
-    from ..gpu_limits import check_config
-
-    template = search_spaces.resolve(template_ref)
-    return lambda i: check_config(task, template, space.get(i)) is None
+from .base import runnable_filter
 
 
 class RandomTuner:

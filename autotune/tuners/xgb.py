@@ -12,6 +12,7 @@ from ..measure_types import MeasureInput, MeasureResult
 from ..records import Record
 from ..space import ConfigSpace
 from ..task import Task
+from .base import runnable_filter
 
 if TYPE_CHECKING:
     from cost_models.dataset import Dataset
@@ -183,6 +184,7 @@ class XGBTuner:
             raise ValueError(f"cold_random is a share of the batch (0 to 1), not {cold_random}")
         self.task, self.space, self.template_ref = task, space, template_ref
         self.template = search_spaces.resolve(template_ref)
+        self._runnable = runnable_filter(task, space, template_ref)  # None: the target has no limits to check
         self.features, self.objective, self.seed = features, objective, seed
         self.batch_size = batch_size
         self.explore, self.transfer_explore = explore, transfer_explore
@@ -244,10 +246,9 @@ class XGBTuner:
 
     def _breaks_limits(self, indices: Sequence[int]) -> np.ndarray:
         """Mask of configs the target cannot run (e.g. too many GPU threads): never proposed."""
-        from ..gpu_limits import check_config
-
-        return np.array([check_config(self.task, self.template, self.space.get(i)) is not None for i in indices],
-                        dtype=bool)
+        if self._runnable is None:
+            return np.zeros(len(indices), dtype=bool)
+        return np.array([not self._runnable(i) for i in indices], dtype=bool)
 
     def _score(self, indices: Sequence[int]) -> np.ndarray:
         X = self._features(indices)
