@@ -7,9 +7,10 @@ None means "build it", a string is the reason the config is invalid.
 
 Shared memory: TVM 0.27 emits `__shared__` arrays (static) for scope "shared". ptxas refuses more
 than 48 KiB of static shared memory on every arch (verified with nvcc 13 for sm_90: a 64 KiB
-kernel fails), so that is the limit the templates are checked against. The larger opt-in sizes
-(`max_shared_optin`) need scope "shared.dyn" plus cuFuncSetAttribute at launch; they are listed for
-reference only, because that path has not been run on a GPU here.
+kernel fails), so that is the limit of static tiles. Past it, a kernel needs scope "shared.dyn"
+(one `extern __shared__` buffer, its size passed at launch; TVM's CUDA runtime raises the kernel's
+limit with cuFuncSetAttribute when it is over 48 KiB), up to the arch's opt-in size
+(`max_shared_optin`). Only the GEMM template's double-buffered tiles use it (`dynamic_shared`).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class GpuLimits:
 
     arch: str
     max_threads_per_block: int = 1024
-    max_shared_bytes: int = STATIC_SHARED_BYTES  # usable by the templates (static shared memory)
-    max_shared_optin: int = STATIC_SHARED_BYTES  # dynamic shared memory after opt-in (not used yet)
+    max_shared_bytes: int = STATIC_SHARED_BYTES  # static shared memory
+    max_shared_optin: int = STATIC_SHARED_BYTES  # dynamic shared memory after opt-in
     max_registers_per_thread: int = 255
     registers_per_block: int = REGISTERS_PER_BLOCK
     max_vthreads: int = 16  # product of virtual-thread factors: each multiplies the per-thread code
@@ -53,6 +54,7 @@ class KernelResources:
     registers: int  # estimated 32-bit registers per thread
     vthreads: int = 1  # product of the virtual-thread factors
     illegal: str = ""  # why the schedule cannot be built as asked (e.g. a vector width that does not divide)
+    dynamic_shared: bool = False  # the shared memory is one dynamic buffer (scope "shared.dyn"), not static arrays
 
     @property
     def threads(self) -> int:
@@ -90,8 +92,10 @@ def check_resources(res: KernelResources, limits: GpuLimits) -> str | None:
         return res.illegal
     if res.threads > limits.max_threads_per_block:
         return f"{res.threads} threads per block > {limits.max_threads_per_block}"
-    if res.shared_bytes > limits.max_shared_bytes:
-        return f"{res.shared_bytes} bytes of shared memory > {limits.max_shared_bytes}"
+    shared_limit = limits.max_shared_optin if res.dynamic_shared else limits.max_shared_bytes
+    if res.shared_bytes > shared_limit:
+        kind = "dynamic" if res.dynamic_shared else "static"
+        return f"{res.shared_bytes} bytes of {kind} shared memory > {shared_limit}"
     for axis, size, top in zip("xyz", res.block, limits.max_block_dims):
         if size > top:
             return f"threadIdx.{axis} extent {size} > {top}"

@@ -11,7 +11,7 @@ import numpy as np
 from .errors import AutotuneError
 from .records import Record, best_record, load_records
 from .space import Config
-from .target import to_tvm_target, use_target_threads
+from .target import compile_kernel, use_target_threads
 from .task import Task
 
 
@@ -62,8 +62,6 @@ class Kernel:
 
 def compile_config(task: Task, config_index: int | None, template_ref: str | None = None) -> Kernel:
     """Compile one config of the task's template (None: the unscheduled default)."""
-    import tvm
-
     import search_spaces
 
     if config_index is None:
@@ -72,7 +70,7 @@ def compile_config(task: Task, config_index: int | None, template_ref: str | Non
         tmpl = search_spaces.resolve(template_ref or search_spaces.default_template_ref(task.op, task.target_kind))
         cfg = tmpl.define_space(task).get(config_index)
         mod = tmpl.kernel(task, cfg)
-    return Kernel(task, cfg, None, tvm.compile(mod, target=to_tvm_target(task.target)), tmpl)
+    return Kernel(task, cfg, None, compile_kernel(mod, task.target), tmpl)
 
 
 def build_best(log: str | os.PathLike | Sequence[str | os.PathLike], task: Task) -> Kernel:

@@ -30,11 +30,8 @@ def _template_and_space(task: Task, template_ref: str):
 
 def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str | None, str, float]:
     """Schedule config `index` of the task's space and export a shared library to out_path."""
-    import tvm
-
-    from .target import to_tvm_target
-
     from .gpu_limits import check_config
+    from .target import compile_kernel
 
     t0 = time.perf_counter()
     template, space = _template_and_space(task, template_ref)
@@ -47,7 +44,7 @@ def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str
     except Exception as err:  # the template rejected this config
         return "invalid_config", f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}", 0.0
     try:
-        tvm.compile(mod, target=to_tvm_target(task.target)).export_library(out_path)
+        compile_kernel(mod, task.target).export_library(out_path)
     except Exception as err:
         return "compile_error", f"{type(err).__name__}: {str(err).strip()[-500:]}", time.perf_counter() - t0
     return None, out_path, time.perf_counter() - t0

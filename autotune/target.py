@@ -160,3 +160,19 @@ def to_tvm_target(target: dict[str, Any]):
     import tvm
 
     return tvm.target.Target(dict(target))
+
+
+def compile_kernel(mod: Any, target: dict[str, Any]):
+    """tvm.compile of a scheduled kernel for a target dict.
+
+    CUDA kernels are compiled with `tirx.use_async_copy`: the copies a software pipeline marks async (the
+    templates' double-buffered shared tiles, on sm_80 and later) become cp.async. It changes nothing else.
+    """
+    import tvm
+
+    if target["kind"] != "cuda":
+        return tvm.compile(mod, target=to_tvm_target(target))
+    outer = tvm.transform.PassContext.current()
+    config = {**dict(outer.config), "tirx.use_async_copy": True}
+    with tvm.transform.PassContext(opt_level=outer.opt_level, config=config):
+        return tvm.compile(mod, target=to_tvm_target(target))

@@ -18,8 +18,10 @@
 #
 # Lease plan (15 device minutes; session 35 ran it: start ~1 min, unpack 5 s, run 369 s with DEADLINE_S=400,
 # which left no time for MetaSchedule on conv2d: each task's tuning ~100 s, MetaSchedule 64 trials 140-160 s).
-# `run` at once after `unpack` (a machine stays warm only 30 s idle), device timeout 580; the default
-# DEADLINE_S=520 fits both tasks and both MetaSchedule runs (about 530 s); give the machine back after.
+# `run` at once after `unpack` (a machine stays warm only 30 s idle), device timeout 580; DEADLINE_S=520
+# fitted both tasks and both MetaSchedule runs (about 530 s). `run` now first runs the GPU numeric tests
+# (at most 60 s), so the default DEADLINE_S is 470: MetaSchedule on the second task may not fit (its
+# 64-trial figure is in RESULTS.md gpu_h200). Give the machine back after.
 # Rehearse here first: `GPU_SITE=.gpu/site bash benchmarks/gpu_check.sh unpack`, then PYTHONPATH=.gpu/site
 # with a Python 3.12 venv holding numpy, scipy, ml_dtypes,
 # typing_extensions, cloudpickle, psutil and tqdm (as the GPU image has) runs everything up to the first
@@ -38,7 +40,8 @@ prepare)
   grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
   rm -rf .gpu && mkdir -p .gpu/wheels .gpu/stage
   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${PLAT[@]}" \
-      -d .gpu/wheels "apache-tvm==0.27.0.post1" "apache-tvm-ffi==0.1.14.post1" xgboost-cpu
+      -d .gpu/wheels "apache-tvm==0.27.0.post1" "apache-tvm-ffi==0.1.14.post1" xgboost-cpu \
+      pytest pluggy iniconfig packaging pygments
   for w in .gpu/wheels/apache_tvm-*.whl; do (cd .gpu/stage && unzip -q "../../$w") && rm "$w"; done
   rm -rf .gpu/stage/tvm/3rdparty  # CUTLASS headers: not used by autotune's templates
   find .gpu/stage -name '*.so*' -exec strip --strip-unneeded {} + 2>/dev/null || true
@@ -58,8 +61,11 @@ run)
   command -v nvcc || echo "no nvcc on PATH"
   python3 -c "import tvm; print('tvm', tvm.__file__, 'cuda', tvm.cuda(0).exist, tvm.cuda(0).compute_version)"
   # tuning stops at TRIALS or TASK_BUDGET_S per task; MetaSchedule (MS_TRIALS) only while DEADLINE_S allows
+  # numeric checks of the CUDA templates on the GPU (random configs, double-buffered matmuls) before timing
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_templates.py -k on_gpu 2>&1 \
+      | tee "$out/gpu_tests.log" | tail -15 || echo "GPU numeric tests failed or timed out"
   python3 benchmarks/gpu_compare.py --trials "${TRIALS:-200}" --task-budget-s "${TASK_BUDGET_S:-90}" \
-      --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-520}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
+      --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-470}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
   python3 -m autotune.cli tune conv2d --shape N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1 --target cuda \
       --build-only --trials 8 --log "$out/cli_build_only.jsonl"
   ;;

@@ -2,7 +2,8 @@
 
 For the block doing most of the work (the leaf block with the most loop iterations around it), each
 of its innermost `LEVELS` loops (extent > 1, innermost first) gives: log2 extent; its kind (serial,
-parallel, vectorised, unrolled, thread-bound); for the written buffer and the two read buffers with the
+parallel, vectorised, unrolled, thread-bound; a serial loop software-pipelined over S stages, as a CUDA
+GEMM's double-buffered k loop, has S in its serial slot instead of 1); for the written buffer and the two read buffers with the
 largest footprints, log2 of the bytes that the loops from this one inward touch (the footprint), and
 log2(1 + |stride|) of the access along this loop (elements; 0 means the loop reuses the data); and
 log2 of all buffers' footprints together (the working set of this loop level).
@@ -77,7 +78,7 @@ def level_features(func) -> np.ndarray:
     for lvl, loop in enumerate(inner[:LEVELS]):
         base = lvl * PER_LEVEL
         out[base] = math.log2(_const(loop.extent))
-        out[base + 1 + min(int(loop.kind), N_KINDS - 1)] = 1.0
+        out[base + 1 + min(int(loop.kind), N_KINDS - 1)] = _pipeline_stages(loop)
         for b, acc in enumerate(accesses[:N_BUFFERS]):
             out[base + 1 + N_KINDS + 2 * b] = math.log2(1.0 + footprints[lvl][b])
             out[base + 2 + N_KINDS + 2 * b] = math.log2(1.0 + abs(acc.stride(loop)))
@@ -216,6 +217,12 @@ def _leaf_blocks(stmt, loops):
             yield from _leaf_blocks(stmt.else_case, loops)
     elif hasattr(stmt, "body") and stmt.body is not None:  # attributes, allocations, lets
         yield from _leaf_blocks(stmt.body, loops)
+
+
+def _pipeline_stages(loop) -> float:
+    """1, or the stages a `software_pipeline_stage` annotation spreads the loop's body over."""
+    stages = loop.annotations.get("software_pipeline_stage")
+    return float(1 + max(int(s) for s in stages)) if stages else 1.0
 
 
 def _const(x) -> int:

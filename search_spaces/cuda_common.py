@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from autotune.gpu_limits import compute_capability
 from autotune.space import Knob, choice_knob, split_knob
 
 FLOAT_BYTES = 4
@@ -21,6 +22,7 @@ MAX_INNER = 8  # register tile per axis
 MAX_THREAD_TILE = 16  # vthread * inner per axis: elements of one axis a thread computes
 UNROLL_STEPS = (0, 16, 64, 512, 1500)
 FETCH_VECTORS = (1, 2, 4)  # float, float2, float4 loads into shared memory
+ASYNC_COPY_SINCE = 80  # compute capability of the first GPUs with cp.async (Ampere)
 
 
 def gpu_tile_knob(name: str, extent: int, max_thread: int = MAX_THREAD, max_vthread: int = MAX_VTHREAD,
@@ -70,13 +72,14 @@ def bind_levels(sch, block_loops: Sequence, vthread_loops: Sequence, thread_loop
             sch.bind(loop, f"{kind}.{axis}")
 
 
-def cooperative_fetch(sch, consumer, buffer, anchor, threads: Sequence[int], vec: int):
-    """Stage `buffer` of `consumer` in shared memory at loop `anchor`, loaded by all threads together.
+def cooperative_fetch(sch, consumer, buffer, anchor, threads: Sequence[int], vec: int, scope: str = "shared"):
+    """Stage `buffer` of `consumer` in shared memory (`scope`: "shared" or "shared.dyn") at loop `anchor`,
+    loaded by all threads together.
 
     `threads` are the thread extents (z, y, x order, outermost first, as bound on the main block);
     the copy's loops are fused and split over them with the innermost `vec` elements vectorised.
     """
-    cache = sch.cache_read(consumer, buffer, "shared")
+    cache = sch.cache_read(consumer, buffer, scope)
     sch.compute_at(cache, anchor)
     loops = sch.get_loops(cache)
     anchor_stmt = sch.get(anchor)
@@ -90,6 +93,17 @@ def cooperative_fetch(sch, consumer, buffer, anchor, threads: Sequence[int], vec
     if vec > 1:
         sch.vectorize(parts[-1])
     return cache
+
+
+def double_buffer(sch, loop, copies: int, arch: str) -> None:
+    """Software-pipeline `loop`, whose body is `copies` shared-memory copies then the compute on them: the
+    copies for iteration k + 1 run while iteration k computes, into a second buffer (the lowering doubles
+    each shared tile). From sm_80 on the copies are asynchronous (cp.async, with `tirx.use_async_copy`:
+    `autotune.target.compile_kernel`), so the loads are in flight during the compute."""
+    sch.annotate(loop, "software_pipeline_stage", [0] * copies + [1])
+    sch.annotate(loop, "software_pipeline_order", list(range(copies + 1)))
+    if compute_capability(arch) >= ASYNC_COPY_SINCE:
+        sch.annotate(loop, "software_pipeline_async_stages", [0])
 
 
 def accumulate_locally(sch, block, thread_loop):

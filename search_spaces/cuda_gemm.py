@@ -5,14 +5,17 @@ Loop structure of block "C" (SSS RRR SS, as AutoTVM's dense_large_batch and Meta
 At k0 both operand tiles (BM x BK and BK x BN) are copied to shared memory by all threads of the
 block (optionally with float2/float4 loads); at k2 each thread copies its row/column fragments to
 registers; the accumulator is a per-thread local array written back after the reduction.
+Knob `double_buffer`: the k0 loop is software-pipelined, the tiles of step k0 + 1 loading (with cp.async
+from sm_80 on) into a second pair of shared tiles while step k0 computes, as fast SGEMMs do. Double
+tiles over 48 KiB go to dynamic shared memory ("shared.dyn"), up to the arch's opt-in limit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
-from autotune.space import Config, ConfigSpace
+from autotune.gpu_limits import REGISTER_OVERHEAD, STATIC_SHARED_BYTES, KernelResources
+from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
 from .base import Template, gemm_schedule
@@ -23,6 +26,7 @@ from .cuda_common import (
     bind_levels,
     block_tile,
     cooperative_fetch,
+    double_buffer,
     fetch_vector_knob,
     gpu_tile_knob,
     reduce_tile_knob,
@@ -60,6 +64,7 @@ def define_gemm_space(gemm: CudaGemm, task: Task) -> ConfigSpace:
         gpu_tile_knob("tile_j", p[gemm.n]),
         reduce_tile_knob("tile_k", p[gemm.k], 3, max_tile=MAX_BK, max_inner=MAX_K_INNER),
         fetch_vector_knob(),
+        choice_knob("double_buffer", (False, True)),
         *unroll_knobs(),
     ))
 
@@ -74,11 +79,14 @@ def apply_gemm(gemm: CudaGemm, task: Task, cfg: Config):
     bind_levels(sch, [*batch, i0, j0], [i1, j1], [i2, j2])
     accumulate_locally(sch, blk, j2)
     threads = (cfg["tile_i"][2], cfg["tile_j"][2])
+    scope = "shared.dyn" if gemm_resources(gemm, task, cfg).dynamic_shared else "shared"
     for operand in (0, 1):  # read index 0 = A (or X), 1 = B (or W); stays valid after each cache_read
-        cooperative_fetch(sch, blk, operand, k0, threads, cfg["fetch_vec"])
+        cooperative_fetch(sch, blk, operand, k0, threads, cfg["fetch_vec"], scope)
     for operand in (0, 1):
         sch.compute_at(sch.cache_read(blk, operand, "local"), k2)
     sch.decompose_reduction(blk, k0)
+    if cfg["double_buffer"]:
+        double_buffer(sch, k0, 2, str(task.target["arch"]))
     annotate_unroll(sch, (batch or [i0])[0], cfg["auto_unroll"], cfg["unroll_explicit"])
     return sch
 
@@ -92,11 +100,12 @@ def gemm_resources(gemm: CudaGemm, task: Task, cfg: Config) -> KernelResources:
     b_row = (bk, p[gemm.k]) if gemm.b_transposed else (bn, p[gemm.n])
     illegal = vector_problem("A", bk, p[gemm.k], vec) or vector_problem("B", *b_row, vec)
     rm, rn = thread_tile(ti), thread_tile(tj)
+    shared = (bm * bk + bk * bn) * FLOAT_BYTES * (2 if cfg["double_buffer"] else 1)
     return KernelResources(
         block=(tj[2], ti[2], 1), grid=(tj[0], ti[0], p[gemm.batch] if gemm.batch else 1),
-        shared_bytes=(bm * bk + bk * bn) * FLOAT_BYTES,
-        registers=rm * rn + rm + rn + vec + REGISTER_OVERHEAD,
-        vthreads=ti[1] * tj[1], illegal=illegal)
+        shared_bytes=shared, registers=rm * rn + rm + rn + vec + REGISTER_OVERHEAD,
+        vthreads=ti[1] * tj[1], illegal=illegal,
+        dynamic_shared=cfg["double_buffer"] and shared > STATIC_SHARED_BYTES)
 
 
 _GEMMS = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}

@@ -15,7 +15,7 @@ import pytest
 from autotune.gpu_limits import KernelResources, check_config, check_resources, compute_capability, limits_for
 from autotune.ops import check_output, random_inputs, reduction_size
 from autotune.space import Config
-from autotune.target import to_tvm_target
+from autotune.target import compile_kernel
 from autotune.task import Task, make_task
 from search_spaces.base import Template
 from search_spaces.cuda_conv2d import CONV2D_CUDA
@@ -27,7 +27,8 @@ UNROLL = {"auto_unroll": 512, "unroll_explicit": True}
 MM_1024 = "M=1024,N=1024,K=1024"
 CONV_56 = "C=64,H=56,W=56,K=64,R=3,S=3,padding=1"
 # 128 x 128 block tile, 16 x 16 threads, 8 x 8 outputs per thread (2 x 2 vthreads of 4 x 4), BK 32
-GOOD_MATMUL = {"tile_i": (8, 2, 16, 4), "tile_j": (8, 2, 16, 4), "tile_k": (32, 4, 8), "fetch_vec": 4, **UNROLL}
+GOOD_MATMUL = {"tile_i": (8, 2, 16, 4), "tile_j": (8, 2, 16, 4), "tile_k": (32, 4, 8), "fetch_vec": 4,
+               "double_buffer": False, **UNROLL}
 GOOD_CONV = {"tile_k": (4, 2, 4, 2), "tile_y": (7, 1, 8, 1), "tile_x": (4, 1, 14, 1), "tile_c": (16, 4),
              "tile_r": (1, 3), "tile_s": (1, 3), **UNROLL}
 
@@ -62,10 +63,7 @@ def _valid_configs(template: Template, task: Task, n: int, seed: int = 0) -> lis
 
 
 def _cuda_source(template: Template, task: Task, cfg: Config) -> str:
-    import tvm
-
-    ex = tvm.compile(template.apply(task, cfg).mod, target=to_tvm_target(task.target))
-    return ex.mod.imports[0].inspect_source()
+    return compile_kernel(template.apply(task, cfg).mod, task.target).mod.imports[0].inspect_source()
 
 
 def _resources(template: Template, task: Task, cfg: Config) -> KernelResources:
@@ -78,8 +76,9 @@ def _check_source(src: str, res: KernelResources) -> None:
     """The kernel's launch bounds, shared arrays and barriers are what the knobs promise."""
     assert f"__launch_bounds__({res.threads})" in src or res.threads == 1
     assert "threadIdx.x" in src or res.block[0] == 1
-    shared = sum(int(size) for _, size in SHARED_ARRAY.findall(src)) * 4
-    assert shared == res.shared_bytes, (shared, res)
+    static = sum(int(size) for _, size in SHARED_ARRAY.findall(src)) * 4
+    assert static == (0 if res.dynamic_shared else res.shared_bytes), (static, res)
+    assert ("extern __shared__" in src or "buf_dyn_shmem" in src) == res.dynamic_shared
     assert ("__syncthreads" in src) == (res.shared_bytes > 0)
     assert "blockIdx" in src or res.grid == (1, 1, 1)
 
@@ -114,6 +113,46 @@ def test_good_matmul_kernel_uses_vector_loads_and_register_tiles() -> None:
     assert sorted(SHARED_ARRAY.findall(src)) == [("A_shared", "4096"), ("B_shared", "4096")]
     assert "float4" in src
     assert re.search(r"float C_local\w*\[64\]", src)
+
+
+# BK 16: 128 x 16 tiles, 2 x 16 KiB double-buffered (static); GOOD_MATMUL's BK 32 doubled is 64 KiB (dynamic)
+DOUBLE_STATIC = {**GOOD_MATMUL, "tile_k": (64, 2, 8), "double_buffer": True}
+DOUBLE_DYNAMIC = {**GOOD_MATMUL, "double_buffer": True}
+
+
+@pytest.mark.parametrize("arch,async_copies", [("sm_90", True), ("sm_75", False)])
+def test_double_buffered_matmul_loads_the_next_tiles_into_a_second_pair(arch: str, async_copies: bool) -> None:
+    task = make_task("matmul", MM_1024, target="cuda", arch=arch)
+    single = _cuda_source(MATMUL_CUDA, task, Config(0, {**DOUBLE_STATIC, "double_buffer": False}))
+    assert sorted(SHARED_ARRAY.findall(single)) == [("A_shared", "2048"), ("B_shared", "2048")]
+    cfg = Config(0, DOUBLE_STATIC)
+    assert check_config(task, MATMUL_CUDA, cfg) is None
+    src = _cuda_source(MATMUL_CUDA, task, cfg)
+    assert sorted(SHARED_ARRAY.findall(src)) == [("A_shared", "4096"), ("B_shared", "4096")]
+    assert "((k_0 + 1) & 1)" in src  # step k0 + 1 goes to the other half of each tile
+    # from sm_80 on, 16-byte cp.async copies, at most one group (the next step's) in flight during the compute
+    assert ("cp.async.cg.shared.global" in src) == async_copies
+    assert ("cp.async.wait_group 1" in src) == async_copies
+    assert "cp.async" not in single
+    _check_source(src, _resources(MATMUL_CUDA, task, cfg))
+
+
+def test_double_buffered_tiles_over_48_kib_use_dynamic_shared_memory_up_to_the_opt_in_limit() -> None:
+    task = _task("matmul", MM_1024)
+    cfg = Config(0, DOUBLE_DYNAMIC)
+    res = _resources(MATMUL_CUDA, task, cfg)
+    assert res.dynamic_shared and res.shared_bytes == 2 * 32768
+    assert check_config(task, MATMUL_CUDA, cfg) is None
+    src = _cuda_source(MATMUL_CUDA, task, cfg)
+    assert not SHARED_ARRAY.findall(src) and "buf_dyn_shmem" in src
+    _check_source(src, res)
+    bigger = Config(0, {**DOUBLE_DYNAMIC, "tile_i": (4, 2, 16, 8)})  # 256 x 32 and 32 x 128 tiles, twice: 96 KiB
+    assert check_config(task, MATMUL_CUDA, bigger) is None  # sm_90 opts in to 227 KiB
+    turing = make_task("matmul", MM_1024, target="cuda", arch="sm_75")
+    assert check_config(turing, MATMUL_CUDA, bigger) == "98304 bytes of dynamic shared memory > 65536"
+    static = Config(0, {**bigger.knobs, "double_buffer": False})  # 48 KiB single tiles stay static
+    assert not _resources(MATMUL_CUDA, task, static).dynamic_shared
+    assert check_config(task, MATMUL_CUDA, static) is None
 
 
 def test_conv2d_pad_is_inlined_into_the_shared_copy() -> None:
@@ -177,31 +216,41 @@ def test_limits_per_arch() -> None:
     assert "threadIdx.z" in check_resources(deep, limits_for("sm_90"))
 
 
-def test_nvcc_compiles_generated_kernel_to_ptx() -> None:
+@pytest.mark.parametrize("knobs", [GOOD_MATMUL, DOUBLE_STATIC, DOUBLE_DYNAMIC], ids=["single", "double", "dynamic"])
+def test_nvcc_compiles_generated_kernel(knobs: dict) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found on PATH")
     import tvm
     from tvm.support import nvcc
 
-    src = _cuda_source(MATMUL_CUDA, _task("matmul", MM_1024), Config(0, GOOD_MATMUL))
+    src = _cuda_source(MATMUL_CUDA, _task("matmul", MM_1024), Config(0, knobs))
     with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
-        ptx = nvcc.compile_cuda(src, target_format="ptx", arch="sm_90", compiler="nvcc")
-    assert b".entry main_kernel" in bytes(ptx)
+        cubin = nvcc.compile_cuda(src, target_format="cubin", arch="sm_90", compiler="nvcc")  # ptxas checks it too
+    assert b"main_kernel" in bytes(cubin)
 
 
-@pytest.mark.parametrize("op,shape", [CASES[1], CASES[3], CASES[5], CASES[7], CASES[10]])
-def test_random_configs_are_numerically_correct_on_gpu(op: str, shape: str) -> None:
+def _check_on_gpu(template: Template, task: Task, configs: list[Config]) -> None:
     import tvm
 
     if not tvm.cuda(0).exist:
         pytest.skip("no CUDA device: numeric checks run on a GPU machine")
-    task, template = _task(op, shape), TEMPLATES[op]
     inputs = random_inputs(task.opdef, task.shape, task.dtype)
     ref = task.opdef.reference(task.shape, inputs)
     dev = tvm.cuda(0)
-    for cfg in _valid_configs(template, task, CONFIGS_PER_CASE):
-        ex = tvm.compile(template.apply(task, cfg).mod, target=to_tvm_target(task.target))
+    for cfg in configs:
+        ex = compile_kernel(template.apply(task, cfg).mod, task.target)
         args = [tvm.runtime.tensor(a, dev) for a in inputs]
         out = tvm.runtime.empty(ref.shape, task.dtype, dev)
         ex(*args, out)
         assert check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape)) is None, cfg.knobs
+
+
+@pytest.mark.parametrize("op,shape", [CASES[1], CASES[3], CASES[5], CASES[7], CASES[10]])
+def test_random_configs_are_numerically_correct_on_gpu(op: str, shape: str) -> None:
+    task, template = _task(op, shape), TEMPLATES[op]
+    _check_on_gpu(template, task, _valid_configs(template, task, CONFIGS_PER_CASE))
+
+
+def test_double_buffered_matmuls_are_numerically_correct_on_gpu() -> None:
+    configs = [Config(0, knobs) for knobs in (DOUBLE_STATIC, DOUBLE_DYNAMIC, {**DOUBLE_STATIC, "fetch_vec": 1})]
+    _check_on_gpu(MATMUL_CUDA, _task("matmul", MM_1024), configs)

@@ -81,6 +81,26 @@ def test_reduction_inside_or_outside_the_mid_tile_is_visible():
     assert not np.array_equal(X[0, POOLED_DIM:], X[1, POOLED_DIM:])
 
 
+def test_a_double_buffered_k_loop_is_told_apart_from_a_plain_one():
+    """A CUDA matmul config and its double-buffered twin: the pipelined k0 loop has 2 (stages) in its serial
+    slot, the rest of the row is the same (the tuner skips a config whose row equals a proposed one's)."""
+    task = make_task("matmul", {"M": 1024, "N": 1024, "K": 1024}, target="cuda", arch="sm_90")
+    template = resolve(DEFAULT_TEMPLATES[("matmul", "cuda")])
+    space = template.define_space(task)
+    knobs = {"tile_i": (8, 2, 16, 4), "tile_j": (8, 2, 16, 4), "tile_k": (32, 4, 8), "fetch_vec": 4,
+             "auto_unroll": 512, "unroll_explicit": True}
+    idx = [space.index_of_values({**knobs, "double_buffer": db}) for db in (False, True)]
+    X = extract(task, template, space, idx, "loop", FeatureCache())
+    plain, double = X[:, POOLED_DIM:]
+    # levels innermost first (extent > 1): j3 4, i3 4, k2 8, k1 4, k0 32
+    k0 = _level(plain, 4)
+    assert 2 ** k0[0] == 32
+    serial = 1  # slot of ForKind serial in a level
+    assert k0[serial] == 1.0 and _level(double, 4)[serial] == 2.0
+    diff = np.flatnonzero(X[0] != X[1])
+    assert diff.tolist() == [POOLED_DIM + 4 * PER_LEVEL + serial]
+
+
 @pytest.mark.parametrize("op,kind", sorted(DEFAULT_TEMPLATES))
 def test_every_template_gives_level_features(op, kind):
     """The extractor understands every template's IR (features.py would silently fall back to zeros)."""
