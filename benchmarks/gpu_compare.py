@@ -93,6 +93,21 @@ def best_within(first, task, trials: int):
     return compile_config(task, best.input.config.index, best.input.template)
 
 
+def with_knob_flipped(task, kernel, knob: str):
+    """`kernel` (a config of the task's default template) with the boolean `knob` flipped, compiled; None when the
+    space has no such knob or the flipped config breaks a GPU limit (e.g. double-buffered tiles too large)."""
+    from autotune.gpu_limits import check_config
+    from autotune.kernel import compile_config
+
+    if knob not in kernel.config.knobs:
+        return None
+    space = kernel.template.define_space(task)
+    flipped = space.get(space.index_of_values({**kernel.config.knobs, knob: not kernel.config[knob]}))
+    if check_config(task, kernel.template, flipped) is not None:
+        return None
+    return compile_config(task, flipped.index)
+
+
 def choose_compile_mode(task) -> str:
     """Compile and check a valid config with TVM's default CUDA compiler (NVRTC), else with nvcc; the mode
     that works is left in TVM_CUDA_COMPILE_MODE for the build workers started later."""
@@ -206,6 +221,10 @@ def main() -> None:
         save({**row, "autotune_gflops": gf(ours), "torch_fp32_gflops": gf(fp32), "torch_tf32_gflops": gf(tf32),
               "ratio_vs_torch_fp32": fp32 / ours, "config": kernel.config.to_dict(),
               "curve_gflops": [gf(s) for s in best_so_far[15::16] if math.isfinite(s)]})
+        flipped = with_knob_flipped(task, kernel, "double_buffer")  # what the knob is worth on the best tiles
+        if flipped is not None:
+            save({"task": label, "knob": "double_buffer", "best_has": kernel.config["double_buffer"],
+                  "best_gflops": gf(checked_time(kernel, arrays)), "flipped_gflops": gf(checked_time(flipped, arrays))})
 
     for label in args.tasks:
         op, shape = TASKS[label]
