@@ -361,3 +361,11 @@ def test_cli_extract_and_build(tmp_path, capsys):
         _run(["build", CONVNET, "--logs", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "x.so")])
     with pytest.raises(AutotuneError, match="no function"):
         _run(["extract", "tests/models.py:nope"])
+
+
+def test_generic_schedule_vectorises_by_the_largest_power_of_two_dividing_the_inner_loop():
+    from autotune.model.default_schedule import _vector_width
+
+    lanes = 8  # AVX2
+    assert [_vector_width(n, lanes) for n in (56, 28, 14, 7, 1, 9, 64)] == [8, 4, 2, 7, 1, 1, 8]
+    assert _vector_width(56, 16) == 8  # AVX-512: a 56-wide row still takes 8-lane vectors

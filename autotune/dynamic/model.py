@@ -217,6 +217,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
+    from ..model.fold import fold_batch_norms
     from ..target import parse_target, to_tvm_target, use_target_threads
 
     tgt = parse_target(target)
@@ -231,7 +232,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
             raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
         recs = list(records) if records is not None else load_records(list(logs))
-    mod = relax.transform.FoldConstant()(mod)  # transposed weights become constants
+    mod = relax.transform.FoldConstant()(fold_batch_norms(mod))  # transposed weights become constants
     mod, sites, kernels = rewrite_matmuls(mod, tgt, recs)
     executable = tvm.compile(mod, target=to_tvm_target(tgt))
     return DynamicBuiltModel(name, executable, sites, kernels)

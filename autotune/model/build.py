@@ -17,9 +17,10 @@ import numpy as np
 from ..errors import AutotuneError
 from ..records import Record, best_record, by_task, load_records
 from ..space import Config
+from ..target import vector_unit
 from ..task import Task
 from .capture import Captured, InputSpec, capture
-from .default_schedule import default_template_func, generic_schedule
+from .default_schedule import VECTOR, default_template_func, generic_schedule
 from .extract import Site, classify, find_sites, merge_sites, resolve_target
 
 OPAQUE = 8  # relax OpPatternKind.kOpaque: FuseOps fuses nothing into it
@@ -237,9 +238,10 @@ def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_tar
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
         relax.transform.FuseOps(), relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()])(mod)
     generic: dict[str, str] = {}
+    lanes = vector_unit(target)[0] if target["kind"] == "llvm" else VECTOR
     for gv, func in list(mod.functions_items()):
         if isinstance(func, tirx.PrimFunc) and not int(func.attrs.get("tirx.is_scheduled", 0) or 0):
-            mod[gv], generic[gv.name_hint] = generic_schedule(func, tvm_target)
+            mod[gv], generic[gv.name_hint] = generic_schedule(func, tvm_target, lanes)
     return mod, generic
 
 

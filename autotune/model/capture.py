@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AutotuneError
+from .fold import fold_batch_norms
 
 
 class ExportFailed(AutotuneError):
@@ -158,6 +159,7 @@ def import_program(program: Any, example: Sequence[Any], name: str, decomposed: 
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
             raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
+    mod = fold_batch_norms(mod)
     params = mod["main"].params
     specs = tuple(InputSpec(p.name, tuple(int(d) for d in p.ty.shape), str(p.ty.dtype)) for p in params)
     arrays = [np.ascontiguousarray(x.detach().cpu().numpy()) for x in example]

@@ -110,8 +110,19 @@ def _extent(sch: Any, loop: Any) -> int | None:
     return int(ext) if hasattr(ext, "value") else None
 
 
-def _schedule_block(sch: Any, blk: Any) -> bool:
-    """Parallelise and vectorise one block's loop nest; False when it is left as is."""
+def _vector_width(inner: int, lanes: int) -> int:
+    """Lanes to vectorise an innermost loop of `inner` iterations by: all of them when they fit one vector, else
+    the largest power of two up to `lanes` that divides `inner` (1: not vectorised)."""
+    if inner <= lanes:
+        return inner if inner >= 2 else 1
+    width = lanes
+    while width > 1 and inner % width:
+        width //= 2
+    return width
+
+
+def _schedule_block(sch: Any, blk: Any, lanes: int) -> bool:
+    """Parallelise and vectorise one block's loop nest (vectors of `lanes` fp32); False when it is left as is."""
     loops = sch.get_loops(blk)
     block = sch.get(blk)
     if not loops or len(loops) != len(block.iter_vars):
@@ -127,10 +138,11 @@ def _schedule_block(sch: Any, blk: Any) -> bool:
     vector_loop = None
     if n_spatial == len(loops):  # purely spatial: vectorise the innermost loop
         inner = extents[n_spatial - 1]
-        if inner % VECTOR == 0 and inner > VECTOR:
-            spatial[-1], vector_loop = sch.split(spatial[-1], factors=[None, VECTOR])
-        elif 2 <= inner <= VECTOR:
+        width = _vector_width(inner, lanes)
+        if width == inner > 1:
             vector_loop = spatial.pop()
+        elif width > 1:
+            spatial[-1], vector_loop = sch.split(spatial[-1], factors=[None, width])
     outer = [lp for lp in spatial if lp is not None]
     work = math.prod(extents)
     if outer and work >= MIN_PARALLEL_WORK:
@@ -142,26 +154,26 @@ def _schedule_block(sch: Any, blk: Any) -> bool:
     return True
 
 
-def _generic(func: Any) -> Any:
+def _generic(func: Any, lanes: int) -> Any:
     from tvm import s_tir
 
     sch = s_tir.Schedule(func)
     _inline_producers(sch)
     for blk in sch.get_child_blocks(sch.get_sblock("root")):
         try:
-            _schedule_block(sch, blk)
+            _schedule_block(sch, blk, lanes)
         except Exception:  # noqa: BLE001, S112 - a primitive refused: this block stays serial
             continue
     return sch
 
 
-def generic_schedule(func: Any, target: Any) -> tuple[Any, str]:
-    """(scheduled PrimFunc marked scheduled, which schedule was used)."""
+def generic_schedule(func: Any, target: Any, lanes: int = VECTOR) -> tuple[Any, str]:
+    """(scheduled PrimFunc marked scheduled, which schedule was used); `lanes`: fp32 lanes of the target's vectors."""
     sch = _dlight_reduction(func, target)
     how = "dlight-reduction"
     if sch is None:
         try:
-            sch, how = _generic(func), "generic"
+            sch, how = _generic(func, lanes), "generic"
         except Exception:  # noqa: BLE001 - nothing applies: leave the function unscheduled but valid
             return func.with_attr("tirx.is_scheduled", True), "unscheduled"
     return sch.mod["main"].with_attr("tirx.is_scheduled", True), how
