@@ -3,10 +3,10 @@
 For the block doing most of the work (the leaf block with the most loop iterations around it), each
 of its innermost `LEVELS` loops (extent > 1, innermost first) gives: log2 extent; its kind (serial,
 parallel, vectorised, unrolled, thread-bound; a serial loop software-pipelined over S stages, as a CUDA
-GEMM's double-buffered k loop, has S in its serial slot instead of 1); for the written buffer and the two read buffers with the
-largest footprints, log2 of the bytes that the loops from this one inward touch (the footprint), and
-log2(1 + |stride|) of the access along this loop (elements; 0 means the loop reuses the data); and
-log2 of all buffers' footprints together (the working set of this loop level).
+GEMM's double-buffered k loop, has S in its serial slot instead of 1); for the written buffer and the two
+read buffers with the largest footprints, log2 of the bytes that the loops from this one inward touch (the
+footprint), and log2(1 + |stride|) of the access along this loop (elements; 0 means the loop reuses the
+data); and log2 of all buffers' footprints together (the working set of this loop level).
 
 After the levels comes a reuse curve over cache capacities (`CURVE_CAPACITIES`, 4 KiB to 32 MiB, powers of
 two): for each capacity, the outermost loop level whose working set fits in it, and there log2 of the bytes

@@ -82,29 +82,33 @@ def fold_batch_norms(mod: Any) -> Any:
         def __init__(self, module: Any, bindings: dict[Any, Any], uses: dict[Any, int]):
             super().__init__(module)
             self.bindings = bindings
+            self.norms: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # batch_norm call -> (scale, shift)
             self.conv_bn: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # conv2d call -> its norm's (scale, shift)
+            self.in_conv: set[Any] = set()  # batch_norm calls folded into the weight of their conv
             for value in bindings.values():
                 bn = _inference_bn(value, bindings)
-                conv = _foldable_conv(value.args[0], bindings, uses) if bn is not None else None
+                if bn is None:
+                    continue
+                self.norms[value] = bn
+                conv = _foldable_conv(value.args[0], bindings, uses)
                 if conv is not None:
                     self.conv_bn[conv] = bn
+                    self.in_conv.add(value)
 
         def visit_call_(self, call: Any) -> Any:
-            folded = self.conv_bn.get(call)
-            bn = _inference_bn(call, self.bindings) if folded is None else None
             new = super().visit_call_(call)
-            if folded is not None:  # conv2d(x, W * scale) + shift
-                scale, shift = folded
+            if call in self.conv_bn:  # conv2d(x, W * scale) + shift
+                scale, shift = self.conv_bn[call]
                 weight = _constant(call.args[1], self.bindings)
                 weight = (weight * scale.reshape(-1, 1, 1, 1)).astype(weight.dtype)
                 conv = self.builder_.emit(relax.Call(call.op, [new.args[0], relax.const(weight)], call.attrs))
                 return relax.op.add(conv, relax.const(shift.reshape(1, -1, 1, 1).astype(weight.dtype)))
-            if bn is None:
+            if call not in self.norms:
                 return new
             data = new.args[0]
-            if not (isinstance(call.args[0], relax.Var) and self.bindings.get(call.args[0]) in self.conv_bn):
+            if call not in self.in_conv:  # data * scale + shift
                 shape, dtype = (1, -1) + (1,) * (data.ty.ndim - 2), str(data.ty.dtype)
-                scale, shift = (relax.const(p.reshape(shape).astype(dtype)) for p in bn)
+                scale, shift = (relax.const(p.reshape(shape).astype(dtype)) for p in self.norms[call])
                 data = self.builder_.emit(relax.op.add(self.builder_.emit(relax.op.multiply(data, scale)), shift))
             return relax.Tuple([data, new.args[3], new.args[4]])  # (output, running mean, running var)
 
