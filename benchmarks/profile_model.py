@@ -3,9 +3,9 @@
     python benchmarks/profile_model.py transformer_layer --log benchmarks/work/models/transformer_layer.jsonl
 
 Builds the model with the log, runs it under a VM instrument (wall time of every call, per function), then calls
-each tuned kernel of the same compiled library alone on random inputs of its shapes, in the same process, warm
-and with the caches evicted before each call. The columns differ when a kernel runs slower in the model than it
-was tuned to run.
+each function holding a kernel (with the epilogue fused into it) of the same compiled library alone on random
+inputs of its parameters' shapes, in the same process, warm and with the caches evicted before each call. The
+columns differ when a kernel runs slower in the model than alone.
 Prints a table; writes nothing.
 """
 
@@ -51,32 +51,24 @@ def in_model_ms(built, inputs, runs: int) -> tuple[float, dict[str, float]]:
     return wall, {name: t / runs * 1e3 for name, t in total.items()}
 
 
-def alone_ms(built, name: str, funcs: list, runs: int) -> tuple[float, float, object] | None:
-    """(median ms warm, median ms with the caches evicted before each call, its PrimFunc) of the library function
-    `name` called alone on random inputs, with the shapes of the first of `funcs` (the tasks' scheduled
-    PrimFuncs) that it accepts; None when it accepts none."""
+def alone_ms(built, name: str, shapes: list[list[int]], runs: int) -> tuple[float, float]:
+    """(median ms warm, median ms with the caches evicted before each call) of the library function `name` called
+    alone on random float32 inputs of `shapes` (its parameters')."""
     import numpy as np
     import tvm
 
     call = built.executable.mod.get_function(name, query_imports=True)
-    for func in funcs:
-        shapes = [[int(d) for d in p.shape] for p in func.params]
-        arrays = [tvm.runtime.tensor(np.random.rand(*s).astype("float32")) for s in shapes]
-        try:
-            call(*arrays)
-        except Exception:  # noqa: BLE001, S112 - another task's shapes
-            continue
-        evict = np.zeros(EVICT_BYTES // 4, "float32")
-        times: dict[bool, list[float]] = {False: [], True: []}
-        for k in range(2 * runs):
-            cold = k % 2 == 1
-            if cold:
-                evict += 1.0  # touches every line of a buffer larger than the last-level cache
-            t0 = time.perf_counter()
-            call(*arrays)
-            times[cold].append(time.perf_counter() - t0)
-        return statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3, func
-    return None
+    arrays = [tvm.runtime.tensor(np.random.rand(*s).astype("float32")) for s in shapes]
+    evict = np.zeros(EVICT_BYTES // 4, "float32")
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for k in range(2 * runs):
+        cold = k % 2 == 1
+        if cold:
+            evict += 1.0  # touches every line of a buffer larger than the last-level cache
+        t0 = time.perf_counter()
+        call(*arrays)
+        times[cold].append(time.perf_counter() - t0)
+    return statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
 
 
 def main() -> None:
@@ -92,24 +84,30 @@ def main() -> None:
 
     from autotune import load_records
     from autotune.model import build_model, capture
-    from autotune.model.build import best_by_task, kernel_for
+    from autotune.model.build import lower_captured
+    from autotune.model.extract import resolve_target
+    from tvm import tirx
 
     model, inputs = MODELS[args.model]()
-    built = build_model(capture(model, inputs), logs=[args.log])
+    captured = capture(model, inputs)
+    built = build_model(captured, logs=[args.log])
     wall, per_func = in_model_ms(built, inputs, args.runs)
-    best = best_by_task(load_records(args.log))
-    tasks = [(c.task, kernel_for(c.task, c.weight, best, set())[0].func) for c in built.report.kernels]
+    lowered, _ = lower_captured(captured, resolve_target("llvm"), load_records(args.log))
+    params = {gv.name_hint: [[int(d) for d in p.shape] for p in f.params]
+              for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
+    # kernels are numbered in the order the build meets them: the order of the report's tasks
+    tasks = {f"autotune_{c.task.op}_{i}": c.task for i, c in enumerate(built.report.kernels)}
     print(f"{args.model}: {wall:.2f} ms per inference (median, plain), {sum(per_func.values()):.2f} ms instrumented")
     print("| function | ms per inference in the model | ms alone | ms alone, caches evicted | task |")
     print("|---|---|---|---|---|")
     for name, ms in sorted(per_func.items(), key=lambda kv: -kv[1]):
         if ms < 0.01:
             continue
-        alone = alone_ms(built, name, [f for _, f in tasks], args.runs) if name.startswith("autotune_") else None
-        task = next((t for t, f in tasks if alone and f is alone[2]), "")
-        cols = f"{alone[0]:.3f} | {alone[1]:.3f}" if alone else " | "
-        print(f"| {name} | {ms:.3f} | {cols} | {task} |")
-
+        kernel = next((k for k in tasks if k == name or name.startswith(f"fused_{k}_")), None)
+        cols = " | "
+        if kernel is not None and name in params:
+            cols = "{:.3f} | {:.3f}".format(*alone_ms(built, name, params[name], args.runs))
+        print(f"| {name} | {ms:.3f} | {cols} | {tasks.get(kernel, '')} |")
 
 if __name__ == "__main__":
     main()

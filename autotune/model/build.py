@@ -1,8 +1,9 @@
 """Build a captured model with autotune's kernels: tuned ones from logs, default schedules elsewhere.
 
 Pipeline: replace every tunable Relax call by a call_tir to autotune's own scheduled PrimFunc
-(opaque, so FuseOps leaves it alone) -> LegalizeOps -> AnnotateTIROpPattern -> FoldConstant ->
-FuseOps -> FuseTIR -> generic schedules for the remaining functions -> compile -> VM.
+(pattern kOutEWiseFusable: FuseOps fuses the elementwise ops after it, see `epilogue`) -> LegalizeOps ->
+AnnotateTIROpPattern -> FoldConstant -> FuseOps -> int32 epilogues -> FuseTIR -> each kernel's epilogue
+inlined into its write-back, generic schedules for the remaining functions -> compile -> VM.
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ from ..space import Config
 from ..target import vector_unit
 from ..task import Task
 from .capture import Captured, InputSpec, capture
-from .default_schedule import VECTOR, default_template_func, generic_schedule
+from .default_schedule import VECTOR, default_template_func, generic_schedule, schedule_block
+from .epilogue import has_kernel, mark_kernel, narrow_epilogues, schedule_fused
 from .extract import Site, classify, find_sites, merge_sites, resolve_target
-
-OPAQUE = 8  # relax OpPatternKind.kOpaque: FuseOps fuses nothing into it
-
 
 @dataclass(frozen=True)
 class KernelChoice:
@@ -193,8 +192,8 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel]) -> A
         def _gvar(self, task: Task) -> Any:
             if task.key not in self.gvars:
                 name = f"autotune_{task.op}_{len(self.gvars)}"
-                func = (kernels[task.key].func.with_attr("global_symbol", name).with_attr("op_pattern", OPAQUE)
-                        .with_attr("tirx.is_scheduled", True))
+                # private (no global symbol): DeadCodeElimination drops it once FuseTIR has copied it into a group
+                func = mark_kernel(kernels[task.key].func).without_attr("global_symbol")
                 self.gvars[task.key] = self.builder_.add_func(func, name)
             return self.gvars[task.key]
 
@@ -236,11 +235,16 @@ def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_tar
     mod = tvm.transform.Sequential([
         relax.transform.FastMathTransform(),  # softmax/exp/erf/tanh as vectorisable polynomials, not libm calls
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
-        relax.transform.FuseOps(), relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()])(mod)
+        relax.transform.FuseOps(), narrow_epilogues(), relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination()])(mod)
     generic: dict[str, str] = {}
     lanes = vector_unit(target)[0] if target["kind"] == "llvm" else VECTOR
     for gv, func in list(mod.functions_items()):
-        if isinstance(func, tirx.PrimFunc) and not int(func.attrs.get("tirx.is_scheduled", 0) or 0):
+        if not isinstance(func, tirx.PrimFunc) or int(func.attrs.get("tirx.is_scheduled", 0) or 0):
+            continue
+        if has_kernel(func):  # a kernel and the elementwise ops FuseOps put after it
+            mod[gv], generic[gv.name_hint] = schedule_fused(func, lambda sch, blk: schedule_block(sch, blk, lanes))
+        else:
             mod[gv], generic[gv.name_hint] = generic_schedule(func, tvm_target, lanes)
     return mod, generic
 
@@ -259,8 +263,6 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     """Compile a model with the best logged schedule of each task (default schedules elsewhere)."""
     import warnings
 
-    import search_spaces
-
     from ..dynamic.model import build_dynamic_model, dynamic_program
     from ..target import to_tvm_target, use_target_threads
 
@@ -270,18 +272,28 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     tgt = resolve_target(target)
     use_target_threads(tgt)  # before FoldConstant or a first call starts TVM's thread pool
     captured = model if isinstance(model, Captured) else capture(model, inputs)
-    sites, skipped = find_sites(captured.mod, tgt)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         recs = list(records) if records is not None else load_records(list(logs))
-    best = best_by_task(recs)
-    stale = {r.task.key for r in recs if r.result.ok}
+    mod, report = lower_captured(captured, tgt, recs)
+    return BuiltModel(captured.name, captured.inputs, compile_lowered(mod, to_tvm_target(tgt)), report)
+
+
+def lower_captured(captured: Captured, target: dict, records: Sequence[Record]) -> tuple[Any, BuildReport]:
+    """(lowered Relax module, report): each task of the model on its best record's config (else the default
+    one), fused and scheduled as `lower_model` does; ready for `compile_lowered`."""
+    import search_spaces
+
+    from ..target import to_tvm_target
+
+    sites, skipped = find_sites(captured.mod, target)
+    best = best_by_task(records)
+    stale = {r.task.key for r in records if r.result.ok}
     report = BuildReport(skipped=[f"{s.what}: {s.reason}" for s in skipped])
     kernels: dict[str, ModelKernel] = {}
     for task, weight in merge_sites(sites):
         search_spaces.default_template_ref(task.op, task.target_kind)  # fail early without a template
         kernels[task.key], choice = kernel_for(task, weight, best, stale)
         report.kernels.append(choice)
-    tvm_target = to_tvm_target(tgt)
-    mod, report.generic = lower_model(captured.mod, tgt, kernels, tvm_target)
-    return BuiltModel(captured.name, captured.inputs, compile_lowered(mod, tvm_target), report)
+    mod, report.generic = lower_model(captured.mod, target, kernels, to_tvm_target(target))
+    return mod, report

@@ -121,7 +121,7 @@ def _vector_width(inner: int, lanes: int) -> int:
     return width
 
 
-def _schedule_block(sch: Any, blk: Any, lanes: int) -> bool:
+def schedule_block(sch: Any, blk: Any, lanes: int) -> bool:
     """Parallelise and vectorise one block's loop nest (vectors of `lanes` fp32); False when it is left as is."""
     loops = sch.get_loops(blk)
     block = sch.get(blk)
@@ -161,7 +161,7 @@ def _generic(func: Any, lanes: int) -> Any:
     _inline_producers(sch)
     for blk in sch.get_child_blocks(sch.get_sblock("root")):
         try:
-            _schedule_block(sch, blk, lanes)
+            schedule_block(sch, blk, lanes)
         except Exception:  # noqa: BLE001, S112 - a primitive refused: this block stays serial
             continue
     return sch
