@@ -109,3 +109,27 @@ def test_narrowed_copy_only_where_int32_is_safe():
     assert narrowed_copy(add_one((2**20, 4096))) is None  # 2**32 elements: int32 indices would overflow
     assert narrowed_copy(add_one(())) is None  # a scalar
     assert narrowed_copy(add_one((8,), "int64")) is None  # integer data
+
+
+def test_a_fusion_tvm_refuses_falls_back_to_the_unfused_build(monkeypatch):
+    import tvm
+
+    import autotune.model.build as build
+
+    def refusing():
+        @tvm.transform.module_pass(opt_level=0, name="Refuse")
+        def run(mod, _ctx):
+            raise RuntimeError("Check failed: a group TVM cannot fuse")
+
+        return run
+
+    monkeypatch.setattr(build, "narrow_epilogues", refusing)
+    torch.manual_seed(0)
+    model, x = _Residual().eval(), torch.randn(1, 3, 10, 10)
+    with pytest.warns(UserWarning, match="epilogue fusion failed .*a group TVM cannot fuse.*unfused"):
+        built = build_model(capture(model, (x,)))
+    assert built.report.fusion.startswith("off (")
+    assert "epilogue fusion off" in built.report.summary()
+    assert not any("epilogue" in how for how in built.report.generic.values())
+    with torch.no_grad():
+        np.testing.assert_allclose(built(x.numpy()), model(x).numpy(), rtol=1e-4, atol=1e-5)

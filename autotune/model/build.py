@@ -48,6 +48,7 @@ class BuildReport:
     kernels: list[KernelChoice] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # tunable-kind calls left to TVM
     generic: dict[str, str] = field(default_factory=dict)  # other PrimFunc -> schedule used
+    fusion: str = "on"  # epilogue fusion: "on", or "off (why)" when TVM refused it and the build went without
 
     def summary(self) -> str:
         tuned = sum(k.tuned for k in self.kernels)
@@ -57,6 +58,8 @@ class BuildReport:
         counts: dict[str, int] = {}
         for how in self.generic.values():
             counts[how] = counts.get(how, 0) + 1
+        if self.fusion != "on":
+            lines.append(f"  epilogue fusion {self.fusion}")
         lines.append(f"  other functions: {len(self.generic)} ("
                      + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ")")
         return "\n".join(lines)
@@ -177,7 +180,7 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
 
 # ---- rewriting the Relax module -----------------------------------------------------------
 
-def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel]) -> Any:
+def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse: bool = True) -> Any:
     """Replace each tunable call by call_tir of its task's kernel (reshaping operands as needed; a constant
     weight a kernel takes packed, dense's or conv2d's, is relaid here, once, into the layout it reads)."""
     from tvm import relax
@@ -193,7 +196,7 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel]) -> A
             if task.key not in self.gvars:
                 name = f"autotune_{task.op}_{len(self.gvars)}"
                 # private (no global symbol): DeadCodeElimination drops it once FuseTIR has copied it into a group
-                func = mark_kernel(kernels[task.key].func).without_attr("global_symbol")
+                func = mark_kernel(kernels[task.key].func, fuse).without_attr("global_symbol")
                 self.gvars[task.key] = self.builder_.add_func(func, name)
             return self.gvars[task.key]
 
@@ -223,19 +226,21 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel]) -> A
     return rewriter.builder_.get()
 
 
-def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_target: Any) -> tuple[Any, dict[str, str]]:
-    """Rewrite, legalize, fuse and schedule: a module ready for the VM's lowering passes."""
+def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_target: Any,
+                fuse: bool = True) -> tuple[Any, dict[str, str]]:
+    """Rewrite, legalize, fuse and schedule: a module ready for the VM's lowering passes. `fuse`: the kernels'
+    epilogues fused into them (else each kernel stays a function of its own)."""
     import tvm
     from tvm import relax, tirx
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    mod = _replace_calls(mod, target, kernels)
+    mod = _replace_calls(mod, target, kernels, fuse)
     with tvm_target:  # sort, scan (cumsum), sampling: LegalizeOps leaves them to the backend's dispatch passes
         mod = tvm.transform.Sequential(cpu.library_dispatch_passes(tvm_target))(mod)
     mod = tvm.transform.Sequential([
         relax.transform.FastMathTransform(),  # softmax/exp/erf/tanh as vectorisable polynomials, not libm calls
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
-        relax.transform.FuseOps(), narrow_epilogues(), relax.transform.FuseTIR(),
+        relax.transform.FuseOps(), *([narrow_epilogues()] if fuse else []), relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination()])(mod)
     generic: dict[str, str] = {}
     lanes = vector_unit(target)[0] if target["kind"] == "llvm" else VECTOR
@@ -275,11 +280,24 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         recs = list(records) if records is not None else load_records(list(logs))
-    mod, report = lower_captured(captured, tgt, recs)
-    return BuiltModel(captured.name, captured.inputs, compile_lowered(mod, to_tvm_target(tgt)), report)
+    try:
+        mod, report = lower_captured(captured, tgt, recs)
+        executable = compile_lowered(mod, to_tvm_target(tgt))
+    except AutotuneError:
+        raise
+    except Exception as err:  # noqa: BLE001 - TVM refused a fused group: the unfused build is the known-good one
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        why = f"{type(err).__name__}: {lines[-1][:200] if lines else ''}"
+        warnings.warn(f"epilogue fusion failed ({why}); {captured.name} is built with its kernels unfused",
+                      stacklevel=2)
+        mod, report = lower_captured(captured, tgt, recs, fuse=False)
+        executable = compile_lowered(mod, to_tvm_target(tgt))
+        report.fusion = f"off ({why})"
+    return BuiltModel(captured.name, captured.inputs, executable, report)
 
 
-def lower_captured(captured: Captured, target: dict, records: Sequence[Record]) -> tuple[Any, BuildReport]:
+def lower_captured(captured: Captured, target: dict, records: Sequence[Record],
+                   fuse: bool = True) -> tuple[Any, BuildReport]:
     """(lowered Relax module, report): each task of the model on its best record's config (else the default
     one), fused and scheduled as `lower_model` does; ready for `compile_lowered`."""
     import search_spaces
@@ -295,5 +313,5 @@ def lower_captured(captured: Captured, target: dict, records: Sequence[Record]) 
         search_spaces.default_template_ref(task.op, task.target_kind)  # fail early without a template
         kernels[task.key], choice = kernel_for(task, weight, best, stale)
         report.kernels.append(choice)
-    mod, report.generic = lower_model(captured.mod, target, kernels, to_tvm_target(target))
+    mod, report.generic = lower_model(captured.mod, target, kernels, to_tvm_target(target), fuse)
     return mod, report

@@ -18,6 +18,7 @@ from typing import Any
 KERNEL = "autotune.kernel"  # block annotation: 1 on a tuned kernel's blocks, WRITE_BACK on the one writing its output
 WRITE_BACK = 2
 OUT_EWISE_FUSABLE = 4  # relax OpPatternKind.kOutEWiseFusable: elementwise consumers fuse into it
+OPAQUE = 8  # relax OpPatternKind.kOpaque: FuseOps fuses nothing into it
 MAX_INT32 = 2**31 - 1
 
 
@@ -29,9 +30,9 @@ def _blocks(sch: Any) -> list[Any]:
     return list(sch.get_child_blocks(root))
 
 
-def mark_kernel(func: Any) -> Any:
+def mark_kernel(func: Any, fusable: bool = True) -> Any:
     """The kernel's PrimFunc with its blocks annotated (the write-back: the block that writes its output) and
-    the pattern that lets FuseOps fuse elementwise consumers into it."""
+    the pattern that lets FuseOps fuse elementwise consumers into it (`fusable`; else opaque: left alone)."""
     from tvm import s_tir
 
     out = func.params[-1]
@@ -39,7 +40,8 @@ def mark_kernel(func: Any) -> Any:
     for blk in _blocks(sch):
         writes_out = any(w.source.same_as(out) for w in sch.get(blk).writes)
         sch.annotate(blk, KERNEL, WRITE_BACK if writes_out else 1)
-    return (sch.mod["main"].with_attr("op_pattern", OUT_EWISE_FUSABLE).with_attr("tirx.is_scheduled", True)
+    pattern = OUT_EWISE_FUSABLE if fusable else OPAQUE
+    return (sch.mod["main"].with_attr("op_pattern", pattern).with_attr("tirx.is_scheduled", True)
             .with_attr(KERNEL, 1))
 
 
