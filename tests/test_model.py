@@ -369,3 +369,22 @@ def test_generic_schedule_vectorises_by_the_largest_power_of_two_dividing_the_in
     lanes = 8  # AVX2
     assert [_vector_width(n, lanes) for n in (56, 28, 14, 7, 1, 9, 64)] == [8, 4, 2, 7, 1, 1, 8]
     assert _vector_width(56, 16) == 8  # AVX-512: a 56-wide row still takes 8-lane vectors
+
+
+@pytest.mark.parametrize("mcpu, lanes, gemm_j", [("haswell", 8, 24), ("skylake-avx512", 16, 32)])
+def test_heuristic_register_tiles_follow_the_targets_vectors(mcpu, lanes, gemm_j):
+    """Untuned builds: one vector of output channels per conv2d register tile, GEMM rows of 3 AVX2 vectors (the
+    AVX-512 tiles would spill AVX2's 16 registers) or 2 AVX-512 ones."""
+    import search_spaces
+    from autotune.model.default_schedule import heuristic_configs
+
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
+    conv = make_task("conv2d", {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3, "stride": 1,
+                                "padding": 1, "dilation": 1}, target=target)
+    dense = make_task("dense", {"batch": 128, "in_features": 768, "out_features": 3072}, target=target)
+    first = {}
+    for task in (conv, dense):
+        space = search_spaces.resolve(search_spaces.default_template_ref(task.op, "llvm")).define_space(task)
+        first[task.op] = heuristic_configs(space, task)[0]
+    assert first["conv2d"]["tile_k"][-1] == lanes
+    assert first["dense"]["tile_j"][-1] == gemm_j

@@ -11,17 +11,29 @@ import math
 from typing import Any
 
 from ..space import Config, ConfigSpace
+from ..target import vector_unit
 from ..task import Task
 
 VECTOR = 16  # fp32 lanes of a 512-bit register
 MIN_PARALLEL_WORK = 4096  # loop iterations below which threading costs more than it saves
 
-# Preferred inner factors (innermost first) per split knob, per operator.
+# Preferred inner factors (innermost first) per split knob, per operator, for vectors of 16 fp32 lanes (AVX-512,
+# 32 registers): register tiles of 8 accumulators (GEMM 4 rows x 2 vectors, conv2d 8 columns x 1 vector).
 SPLIT_PREFS: dict[str, dict[str, tuple[int, ...]]] = {
     "gemm": {"tile_i": (4, 4), "tile_j": (32, 2), "tile_k": (256,)},
     "conv2d": {"tile_k": (16, 2), "tile_y": (1,), "tile_x": (8, 1), "tile_c": (32,)},
     "depthwise_conv2d": {"tile_c": (16,), "tile_y": (1,), "tile_x": (8,)},
 }
+
+
+def _lane_prefs(lanes: int) -> dict[str, dict[str, tuple[int, ...]]]:
+    """The factors that follow the vector width, for narrower vectors (AVX2's 8 lanes and 16 registers): one vector
+    of output channels by 8 columns, and GEMM rows of 3 vectors (4 x 3 = 12 accumulators), as the best configs
+    found by tuning on a Zen 1 (AVX2) are; the AVX-512 factors there spill registers."""
+    if lanes >= VECTOR:
+        return {}
+    return {"gemm": {"tile_j": (3 * lanes,)}, "conv2d": {"tile_k": (lanes, 2)},
+            "depthwise_conv2d": {"tile_c": (lanes,)}}
 CHOICE_PREFS: dict[str, dict[str, Any]] = {
     "gemm": {"mid_order": "ij", "auto_unroll": 64},
     "conv2d": {"vec_axis": "k", "c0_outer": True, "reduction_order": "c1_r_s", "pad": "root", "auto_unroll": 16},
@@ -40,7 +52,9 @@ def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:
 
 def _pick(knob: Any, family: str, task: Task) -> Any:
     if knob.kind == "split":
-        prefs = SPLIT_PREFS.get(family, {}).get(knob.name, (VECTOR,))
+        lanes = vector_unit(task.target)[0] if task.target_kind == "llvm" else VECTOR
+        prefs = (_lane_prefs(lanes).get(family, {}).get(knob.name)
+                 or SPLIT_PREFS.get(family, {}).get(knob.name, (VECTOR,)))
         return min(knob.candidates, key=lambda v: _split_score(v, prefs))
     want = CHOICE_PREFS.get(family, {}).get(knob.name)
     if knob.name == "pack_b":  # packing B costs a pass over it: only worth it with enough rows
