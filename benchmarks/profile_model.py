@@ -83,16 +83,20 @@ def main() -> None:
     from models import MODELS  # benchmarks/models.py
 
     from autotune import load_records
-    from autotune.model import build_model, capture
-    from autotune.model.build import lower_captured
+    from autotune.model import BuiltModel, capture
+    from autotune.model.build import compile_lowered, lower_captured
     from autotune.model.extract import resolve_target
+    from autotune.target import to_tvm_target, use_target_threads
     from tvm import tirx
 
     model, inputs = MODELS[args.model]()
     captured = capture(model, inputs)
-    built = build_model(captured, logs=[args.log])
+    target = resolve_target("llvm")
+    use_target_threads(target)
+    # build_model's steps, keeping the lowered module: its functions' parameter shapes, for timing them alone
+    lowered, report = lower_captured(captured, target, load_records(args.log))
+    built = BuiltModel(captured.name, captured.inputs, compile_lowered(lowered, to_tvm_target(target)), report)
     wall, per_func = in_model_ms(built, inputs, args.runs)
-    lowered, _ = lower_captured(captured, resolve_target("llvm"), load_records(args.log))
     params = {gv.name_hint: [[int(d) for d in p.shape] for p in f.params]
               for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
     # kernels are numbered in the order the build meets them: the order of the report's tasks

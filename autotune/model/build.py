@@ -22,7 +22,7 @@ from ..target import vector_unit
 from ..task import Task
 from .capture import Captured, InputSpec, capture
 from .default_schedule import VECTOR, default_template_func, generic_schedule, schedule_block
-from .epilogue import has_kernel, mark_kernel, narrow_epilogues, schedule_fused
+from .epilogue import mark_kernel, narrow_epilogues, schedule_fused
 from .extract import Site, classify, find_sites, merge_sites, resolve_target
 
 @dataclass(frozen=True)
@@ -247,10 +247,9 @@ def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_tar
     for gv, func in list(mod.functions_items()):
         if not isinstance(func, tirx.PrimFunc) or int(func.attrs.get("tirx.is_scheduled", 0) or 0):
             continue
-        if has_kernel(func):  # a kernel and the elementwise ops FuseOps put after it
-            mod[gv], generic[gv.name_hint] = schedule_fused(func, lambda sch, blk: schedule_block(sch, blk, lanes))
-        else:
-            mod[gv], generic[gv.name_hint] = generic_schedule(func, tvm_target, lanes)
+        # a kernel and the elementwise ops FuseOps put after it, else any other function
+        fused = schedule_fused(func, lambda sch, blk: schedule_block(sch, blk, lanes))
+        mod[gv], generic[gv.name_hint] = fused or generic_schedule(func, tvm_target, lanes)
     return mod, generic
 
 

@@ -46,7 +46,7 @@ def mark_kernel(func: Any, fusable: bool = True) -> Any:
 
 
 def is_kernel(func: Any) -> bool:
-    """Whether a function is a kernel `mark_kernel` made (before FuseTIR; `has_kernel` after)."""
+    """Whether a function is a kernel `mark_kernel` made (before FuseTIR; `schedule_fused` tells after it)."""
     return bool(int((getattr(func, "attrs", None) or {}).get(KERNEL, 0) or 0))
 
 
@@ -55,23 +55,18 @@ def _kernel_mark(sch: Any, blk: Any) -> int:
     return int(value) if value is not None else 0
 
 
-def has_kernel(func: Any) -> bool:
-    """Whether a (fused) PrimFunc holds a tuned kernel's blocks."""
+def schedule_fused(func: Any, schedule_block: Any) -> tuple[Any, str] | None:
+    """(scheduled PrimFunc, how) for a fused kernel + epilogue, None for a function without a kernel's blocks:
+    the epilogue chain reverse-inlined into the write-back block; any block left over scheduled by
+    `schedule_block(sch, blk)`."""
     from tvm import s_tir
 
     try:
         sch = s_tir.Schedule(func)
     except Exception:  # noqa: BLE001 - not schedulable: not one of ours
-        return False
-    return any(_kernel_mark(sch, b) for b in _blocks(sch))
-
-
-def schedule_fused(func: Any, schedule_block: Any) -> tuple[Any, str]:
-    """(scheduled PrimFunc, how) for a fused kernel + epilogue: the epilogue chain reverse-inlined into the
-    write-back block; any block left over scheduled by `schedule_block(sch, blk)`."""
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(func)
+        return None
+    if not any(_kernel_mark(sch, b) for b in _blocks(sch)):
+        return None
     write_backs = [b for b in _blocks(sch) if _kernel_mark(sch, b) == WRITE_BACK]
     inlined = 0
     if len(write_backs) == 1:
