@@ -24,8 +24,9 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout", "torch==2.13.0"],
+        "test": ["pytest>=7", "pytest-timeout", "torch==2.13.0", "matplotlib"],
         "torch": ["torch==2.13.0"],
+        "plot": ["matplotlib"],
         "bench": ["torch==2.13.0", "matplotlib", "threadpoolctl", "transformers"],
     },
     entry_points={

@@ -1,4 +1,5 @@
-"""Command line: autotune tune | best | show | ops | train-model | rpc | extract | tune-model | build | export-db."""
+"""Command line: autotune tune | best | show | plot | ops | train-model | rpc | extract | tune-model | build |
+export-db."""
 
 from __future__ import annotations
 
@@ -68,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="summary of logs: records, errors by kind, best GFLOPS")
     s.add_argument("logs", nargs="+")
+
+    pl = sub.add_parser("plot", help="tuning curves of logs (best GFLOPS so far against trials) as a PNG")
+    pl.add_argument("logs", nargs="+")
+    pl.add_argument("-o", "--output", default="tuning.png", help="image file (default: tuning.png)")
+    pl.add_argument("--x", choices=["trials", "seconds"], default="trials", help="horizontal axis")
+    pl.add_argument("--task", help="only the tasks whose key or description contains this text")
 
     sub.add_parser("ops", help="list operators, their parameters and space sizes")
     add_rpc_parser(sub)
@@ -232,6 +239,22 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .plot import X_AXES, curves, draw, panels, summary
+
+    found = [c for path in dict.fromkeys(args.logs) for c in curves(_load([path])[0], path)]
+    if args.task:
+        found = [c for c in found if args.task in c.task_key or args.task in c.title]
+    if not found:
+        raise AutotuneError(f"no records{f' of a task matching {args.task!r}' if args.task else ''} in "
+                            f"{', '.join(args.logs)}")
+    for c in found:
+        print(summary(c))
+    draw(panels(found, args.x), args.output, xlabel=X_AXES[args.x])
+    print(f"wrote {args.output}")
+    return 0
+
+
 def cmd_ops(args: argparse.Namespace) -> int:
     import search_spaces
 
@@ -263,8 +286,8 @@ def cmd_train_model(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"tune": cmd_tune, "best": cmd_best, "show": cmd_show, "ops": cmd_ops, "train-model": cmd_train_model,
-            "rpc": cmd_rpc}
+COMMANDS = {"tune": cmd_tune, "best": cmd_best, "show": cmd_show, "plot": cmd_plot, "ops": cmd_ops,
+            "train-model": cmd_train_model, "rpc": cmd_rpc}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -319,26 +319,11 @@ def _ratio(a, b, b_bound: int | None = None) -> str:
 
 
 def plot(curves, path: Path) -> None:
-    import matplotlib
+    """Task -> method -> each seed's best so far: one panel per task, each method's mean and seeds' range."""
+    from autotune.plot import draw
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.6), squeeze=False)
-    for ax, (label, by_method) in zip(axes[0], curves.items()):
-        for method, cs in by_method.items():
-            arr = np.array(cs)
-            x = np.arange(1, arr.shape[1] + 1)
-            ax.plot(x, arr.mean(0), label=method)
-            ax.fill_between(x, arr.min(0), arr.max(0), alpha=0.15)
-        ax.set_title(label)
-        ax.set_xlabel("trials")
-        ax.set_ylabel("best GFLOPS so far")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    draw({label: {method: [(range(1, len(c) + 1), c) for c in cs] for method, cs in by_method.items()}
+          for label, by_method in curves.items()}, path, columns=len(curves))
 
 
 def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
