@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--output", default="tuning.png", help="image file (default: tuning.png)")
     pl.add_argument("--x", choices=["trials", "seconds"], default="trials", help="horizontal axis")
     pl.add_argument("--task", help="only the tasks whose key or description contains this text")
+    pl.add_argument("--model", help="also the estimated time of this model's tuned kernels (calls x best time of "
+                                    "each of its tasks) against the log's trials, e.g. of `autotune tune-model`")
 
     sub.add_parser("ops", help="list operators, their parameters and space sizes")
     add_rpc_parser(sub)
@@ -242,7 +244,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from .plot import X_AXES, curves, draw, panels, summary
 
-    found = [c for path in dict.fromkeys(args.logs) for c in curves(_load([path])[0], path)]
+    logs = {path: _load([path])[0] for path in dict.fromkeys(args.logs)}
+    found = [c for path, records in logs.items() for c in curves(records, path)]
     if args.task:
         found = [c for c in found if args.task in c.task_key or args.task in c.title]
     if not found:
@@ -250,9 +253,36 @@ def cmd_plot(args: argparse.Namespace) -> int:
                             f"{', '.join(args.logs)}")
     for c in found:
         print(summary(c))
-    draw(panels(found, args.x), args.output, xlabel=X_AXES[args.x])
+    to_draw, ylabels = panels(found, args.x), {}
+    if args.model:
+        title = f"{args.model}: tuned kernels (estimate)"
+        model_panel = _model_panel(args.model, logs, args.x)
+        if model_panel:
+            to_draw, ylabels = {title: model_panel, **to_draw}, {title: "ms per inference"}
+    draw(to_draw, args.output, xlabel=X_AXES[args.x], ylabels=ylabels)
     print(f"wrote {args.output}")
     return 0
+
+
+def _model_panel(model: str, logs: dict, axis: str) -> dict:
+    """Log -> its model curve's series (`autotune.plot.model_curve`), for the logs with an estimate; prints one
+    line per log. The model's tasks are extracted for the target most of a log's records were made on."""
+    from .model.extract import extract_tasks
+    from .plot import log_labels, model_curve, model_summary
+
+    weights: dict[str, dict[str, int]] = {}  # target JSON -> task key -> calls
+    series = {}
+    for (path, records), label in zip(logs.items(), log_labels(list(logs))):
+        if not records:
+            continue
+        target = Counter(r.task.target_json for r in records).most_common(1)[0][0]
+        if target not in weights:
+            weights[target] = {t.key: w for t, w in extract_tasks(model, target=json.loads(target))}
+        c = model_curve(records, weights[target], path)
+        print(model_summary(c, model))
+        if c.ms:
+            series[label] = [(c.x(axis), list(c.ms))]
+    return series
 
 
 def cmd_ops(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ class Curve:
     task_key: str
     title: str  # the task, in words
     gflops: tuple[float, ...]  # each trial's first measurement, 0 for an error
-    seconds: tuple[float, ...]  # when each trial's result came, seconds after the task's first record in the log
+    seconds: tuple[float, ...]  # when each trial's result came, seconds after the log's first record
 
     def best_so_far(self) -> list[float]:
         return list(accumulate(self.gflops, max))
@@ -44,12 +44,46 @@ class Curve:
         return list(range(1, len(self.gflops) + 1)) if axis == "trials" else list(self.seconds)
 
 
+@dataclass(frozen=True)
+class ModelCurve:
+    """A model's tuned kernels, estimated: the sum over its tasks of calls x best time so far, after each trial of
+    a log (from the first trial after which every task has a valid one)."""
+
+    label: str
+    trials: tuple[int, ...]  # trials of the model's tasks so far
+    seconds: tuple[float, ...]
+    ms: tuple[float, ...]  # estimated milliseconds per inference in the tuned kernels
+    missing: tuple[str, ...]  # the model's tasks without a valid trial in the log (then there is no estimate)
+
+    def x(self, axis: str) -> list[float]:
+        return list(self.trials) if axis == "trials" else list(self.seconds)
+
+
+def model_curve(records: Iterable[Record], weights: Mapping[str, int], label: str) -> ModelCurve:
+    """`weights`: task key -> calls per inference (`autotune.model.extract_tasks`); other tasks' records are left
+    out."""
+    trials, _ = split_retimes(r for r in records if r.task.key in weights)
+    start = min((r.result.timestamp for r in trials), default=0.0)
+    best: dict[str, float] = {}
+    xs, secs, ms = [], [], []
+    for n, r in enumerate(trials, 1):
+        if r.result.ok:
+            best[r.task.key] = min(best.get(r.task.key, math.inf), r.result.mean_s)
+        if len(best) == len(weights):
+            xs.append(n)
+            secs.append(r.result.timestamp - start)
+            ms.append(1e3 * sum(weights[k] * t for k, t in best.items()))
+    return ModelCurve(label, tuple(xs), tuple(secs), tuple(ms), tuple(sorted(set(weights) - set(best))))
+
+
 def curves(records: Iterable[Record], label: str) -> list[Curve]:
-    """One curve per task of `records` (one log's, in file order)."""
+    """One curve per task of `records` (one log's, in file order); seconds count from the log's first record, so
+    the tasks of one `tune-model` log share a clock."""
+    records = list(records)
+    start = min((r.result.timestamp for r in records), default=0.0)
     out = []
     for key, recs in by_task(records).items():
         trials, _ = split_retimes(recs)
-        start = min(r.result.timestamp for r in recs)
         out.append(Curve(label, key, str(trials[0].task), tuple(r.gflops() for r in trials),
                          tuple(r.result.timestamp - start for r in trials)))
     return out
@@ -81,9 +115,10 @@ def panels(all_curves: Iterable[Curve], axis: str = "trials") -> dict[str, dict[
 
 
 def draw(panels_: Mapping[str, Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]]], path: str | Path,
-         xlabel: str = "trials", ylabel: str = "best GFLOPS so far", columns: int = 4) -> None:
+         xlabel: str = "trials", ylabel: str = "best GFLOPS so far", columns: int = 4,
+         ylabels: Mapping[str, str] | None = None) -> None:
     """One panel per title, one line per label. A label with several series of the same x (seeds of one method)
-    is drawn as their mean with a band from their least to their greatest."""
+    is drawn as their mean with a band from their least to their greatest. `ylabels`: title -> its own y label."""
     try:
         import matplotlib
     except ImportError:
@@ -100,15 +135,15 @@ def draw(panels_: Mapping[str, Mapping[str, Sequence[tuple[Sequence[float], Sequ
     for ax, (title, by_label) in zip(axes.flat, panels_.items()):
         for label, series in by_label.items():
             if len(series) == 1:
-                ax.plot(series[0][0], series[0][1], label=label)
+                ax.plot(series[0][0], series[0][1], label=label, drawstyle="steps-post")
                 continue
             n = min(len(y) for _, y in series)
             ys = np.array([y[:n] for _, y in series])
-            ax.plot(series[0][0][:n], ys.mean(0), label=label)
-            ax.fill_between(series[0][0][:n], ys.min(0), ys.max(0), alpha=0.15)
+            ax.plot(series[0][0][:n], ys.mean(0), label=label, drawstyle="steps-post")
+            ax.fill_between(series[0][0][:n], ys.min(0), ys.max(0), alpha=0.15, step="post")
         ax.set_title(textwrap.fill(title.replace(",", ", "), 48), fontsize=9)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel((ylabels or {}).get(title, ylabel))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels_):]:
@@ -116,6 +151,14 @@ def draw(panels_: Mapping[str, Mapping[str, Sequence[tuple[Sequence[float], Sequ
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def model_summary(c: ModelCurve, name: str) -> str:
+    if c.missing:
+        return (f"{c.label}: {name}: no estimate, {len(c.missing)} of its tasks have no valid trial in the log "
+                f"({', '.join(c.missing[:4])}{', ...' if len(c.missing) > 4 else ''})")
+    return (f"{c.label}: {name}: tuned kernels {c.ms[0]:.3f} ms per inference after trial {c.trials[0]} (the first "
+            f"with every task timed), {c.ms[-1]:.3f} ms after {c.trials[-1]} ({c.ms[0] / c.ms[-1]:.2f}x)")
 
 
 def summary(c: Curve) -> str:

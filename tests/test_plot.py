@@ -7,7 +7,7 @@ import pytest
 from autotune.cli import main
 from autotune.errors import AutotuneError
 from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
-from autotune.plot import curves, draw, log_labels, panels
+from autotune.plot import curves, draw, log_labels, model_curve, panels
 from autotune.records import LogWriter, Record, load_records
 from autotune.space import ConfigSpace, split_knob
 from autotune.task import make_task
@@ -48,7 +48,38 @@ def test_curves_follow_first_measurements(two_task_log):
     assert c.seconds == pytest.approx((0.0, 1.0, 2.0, 4.0))
     assert c.trials_to_reach(0.95) == 2 and c.trials_to_reach(0.2) == 1
     assert by_key[conv.key].gflops == pytest.approx((1.0, 3.0))
-    assert by_key[conv.key].seconds == pytest.approx((0.0, 1.5))
+    assert by_key[conv.key].seconds == pytest.approx((1.5, 3.0))  # the log's clock
+
+
+def test_model_curve_sums_calls_times_best_once_every_task_has_one(two_task_log):
+    log, mm, conv = two_task_log
+    s, c = mm.flops * 1e-9, conv.flops * 1e-9
+    curve = model_curve(load_records(log), {mm.key: 1, conv.key: 2}, "run")
+    assert curve.trials == (3, 4, 5, 6) and curve.seconds == pytest.approx((1.5, 2.0, 3.0, 4.0))
+    assert curve.ms == pytest.approx([1e3 * (s / 8 + 2 * c)] * 2 + [1e3 * (s / 8 + 2 * c / 3)] * 2)
+    assert not curve.missing
+    other = make_task("dense", "batch=1,in_features=8,out_features=8")
+    partial = model_curve(load_records(log), {mm.key: 1, other.key: 1}, "run")
+    assert partial.ms == () and partial.missing == (other.key,)
+
+
+def test_plot_model_estimates_a_tune_model_log(tmp_path, capsys):
+    """A tune-model log (fake builds, simulated timings): the model panel's last estimate is the sum over the
+    model's tasks of calls x best time."""
+    from conftest import FakeBuilder, SimulatedRunner
+
+    from autotune.model import extract_tasks, tune_model
+    from autotune.records import by_task
+
+    model, log, png = "tests/models.py:convnet", tmp_path / "m.jsonl", tmp_path / "m.png"
+    fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-3 / (1 + cfg.index % 7))}
+    tune_model(model, trials=40, log=log, tuner="random", round_trials=8, progress=lambda m: None, retime=0, **fake)
+    best = {k: min(r.result.mean_s for r in recs) for k, recs in by_task(load_records(log)).items()}
+    expected = 1e3 * sum(w * best[t.key] for t, w in extract_tasks(model))
+    assert main(["plot", str(log), "--model", model, "-o", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert f"{model}: tuned kernels" in out and f"{expected:.3f} ms after 40" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_log_labels_are_the_shortest_endings_that_differ():
