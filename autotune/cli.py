@@ -23,6 +23,7 @@ EXAMPLE_SHAPES = {
     "dense": "batch=128,in_features=768,out_features=3072",
     "batch_matmul": "B=12,M=128,N=128,K=64",
     "conv2d": "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1",
+    "group_conv2d": "N=1,C=224,H=14,W=14,K=224,R=3,S=3,groups=28,padding=1",
     "depthwise_conv2d": "N=1,C=144,H=56,W=56,R=3,S=3,stride=1,padding=1",
 }
 

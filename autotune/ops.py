@@ -30,6 +30,7 @@ class OpDef:
     compute: Callable[[Params, str], list]  # -> [inputs..., output] te tensors
     reference: Callable[[Params, list[np.ndarray]], np.ndarray]
     flops: Callable[[Params], float]
+    check: Callable[[Params], str | None] = lambda p: None  # why a shape is impossible beyond sizes < 1, or None
 
     def complete(self, given: Params) -> Params:
         """Fill defaults, reject unknown/missing/impossible parameters."""
@@ -50,6 +51,9 @@ class OpDef:
         for dim in self.output_shape(out):
             if dim < 1:
                 raise AutotuneError(f"impossible shape for {self.name}: output would be {self.output_shape(out)}")
+        problem = self.check(out)
+        if problem:
+            raise AutotuneError(f"impossible shape for {self.name}: {problem}")
         return out
 
     def signature(self) -> str:
@@ -125,6 +129,32 @@ def _conv2d_out(p: Params) -> tuple[int, ...]:
             _conv_out(p["W"], p["S"], p["stride"], p["padding"], p["dilation"]))
 
 
+def _group_conv2d_compute(p: Params, dtype: str):
+    """Output channel k reads the input channels of its group, (k // (K / groups)) * (C / groups) + c."""
+    from tvm import te
+    cg, kg = p["C"] // p["groups"], p["K"] // p["groups"]
+    data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), dtype, name="data")
+    weight = te.placeholder((p["K"], cg, p["R"], p["S"]), dtype, name="weight")
+    padded = _pad(data, p["padding"])
+    st, dl = p["stride"], p["dilation"]
+    c = te.reduce_axis((0, cg), name="c")
+    r = te.reduce_axis((0, p["R"]), name="r")
+    s = te.reduce_axis((0, p["S"]), name="s")
+    conv = te.compute(
+        _conv2d_out(p),
+        lambda n, k, y, x: te.sum(padded[n, k // kg * cg + c, y * st + r * dl, x * st + s * dl] * weight[k, c, r, s],
+                                  axis=[c, r, s]),
+        name="conv")
+    return [data, weight, conv]
+
+
+def _group_conv2d_check(p: Params) -> str | None:
+    for ch in ("C", "K"):
+        if p[ch] % p["groups"]:
+            return f"groups={p['groups']} does not divide {ch}={p[ch]}"
+    return None
+
+
 def _depthwise_compute(p: Params, dtype: str):
     from tvm import te
     data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), dtype, name="data")
@@ -161,6 +191,15 @@ def _conv2d_reference(p: Params, arrays: list[np.ndarray]) -> np.ndarray:
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
 
 
+def _group_conv2d_reference(p: Params, arrays: list[np.ndarray]) -> np.ndarray:
+    data, weight = arrays
+    g = p["groups"]
+    win = _windows(data, p, p["dilation"])  # N C OH OW R S
+    win = win.reshape(win.shape[0], g, -1, *win.shape[2:])  # N G C/G OH OW R S
+    out = np.einsum("ngcyxrs,gkcrs->ngkyx", win, weight.reshape(g, -1, *weight.shape[1:]), optimize=True)
+    return np.ascontiguousarray(out.reshape(out.shape[0], -1, *out.shape[3:]))
+
+
 def _depthwise_reference(p: Params, arrays: list[np.ndarray]) -> np.ndarray:
     data, weight = arrays
     win = _windows(data, p, 1)  # N C OH OW R S
@@ -188,6 +227,13 @@ OPS: dict[str, OpDef] = {
               lambda p: [(p["N"], p["C"], p["H"], p["W"]), (p["K"], p["C"], p["R"], p["S"])], _conv2d_out,
               _conv2d_compute, _conv2d_reference,
               lambda p: 2.0 * np.prod(_conv2d_out(p)) * p["C"] * p["R"] * p["S"]),
+        OpDef("group_conv2d", "NCHW grouped convolution, weight [K,C/groups,R,S] (ResNeXt, RegNet)",
+              ("N", "C", "H", "W", "K", "R", "S", "groups", "stride", "padding", "dilation"),
+              {"N": 1, "stride": 1, "padding": 0, "dilation": 1},
+              lambda p: [(p["N"], p["C"], p["H"], p["W"]), (p["K"], p["C"] // p["groups"], p["R"], p["S"])],
+              _conv2d_out, _group_conv2d_compute, _group_conv2d_reference,
+              lambda p: 2.0 * np.prod(_conv2d_out(p)) * (p["C"] // p["groups"]) * p["R"] * p["S"],
+              _group_conv2d_check),
         OpDef("depthwise_conv2d", "NCHW depthwise convolution (multiplier 1), weight [C,1,R,S]",
               ("N", "C", "H", "W", "R", "S", "stride", "padding"), {"N": 1, "stride": 1, "padding": 0},
               lambda p: [(p["N"], p["C"], p["H"], p["W"]), (p["C"], 1, p["R"], p["S"])], _depthwise_out,

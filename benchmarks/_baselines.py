@@ -22,7 +22,13 @@ PREPACKED_TORCH = {
     "conv2d": ("oneDNN's `mkldnn_reorder_conv2d_weight` + `_convolution_pointwise`", "`F.conv2d`"),
     "depthwise_conv2d": ("oneDNN's `mkldnn_reorder_conv2d_weight` + `_convolution_pointwise` (groups=C)",
                          "`F.conv2d(groups=C)`"),
+    "group_conv2d": ("oneDNN's `mkldnn_reorder_conv2d_weight` + `_convolution_pointwise` (groups)",
+                     "`F.conv2d(groups=groups)`"),
 }
+
+
+def _groups(task) -> int:
+    return {"depthwise_conv2d": task.shape["C"], "group_conv2d": task.shape.get("groups", 1)}.get(task.op, 1)
 
 
 def torch_fn(task, arrays, prepacked: bool = False):
@@ -34,14 +40,11 @@ def torch_fn(task, arrays, prepacked: bool = False):
     p, ts = task.shape, [torch.from_numpy(a) for a in arrays]
     if task.op in ("matmul", "batch_matmul"):
         return lambda: torch.matmul(ts[0], ts[1])
-    if task.op == "depthwise_conv2d":
-        per_call = lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"],  # noqa: E731
-                                    groups=p["C"])
-    elif task.op == "dense":
+    if task.op == "dense":
         per_call = lambda: F.linear(ts[0], ts[1])  # noqa: E731
-    elif task.op == "conv2d":
+    elif task.op in ("conv2d", "depthwise_conv2d", "group_conv2d"):
         per_call = lambda: F.conv2d(ts[0], ts[1], stride=p["stride"], padding=p["padding"],  # noqa: E731
-                                    dilation=p["dilation"])
+                                    dilation=p.get("dilation", 1), groups=_groups(task))
     else:
         raise ValueError(task.op)
     if not prepacked:
@@ -52,7 +55,7 @@ def torch_fn(task, arrays, prepacked: bool = False):
 
 
 def _onednn_prepacked(task, ts):
-    """oneDNN's dense, conv2d or depthwise conv2d on the weight ts[1] reordered once, now (PREPACKED_TORCH)."""
+    """oneDNN's dense or convolution on the weight ts[1] reordered once, now (PREPACKED_TORCH)."""
     import torch
 
     p = task.shape
@@ -60,7 +63,7 @@ def _onednn_prepacked(task, ts):
         w = torch.ops.mkldnn._reorder_linear_weight(ts[1], p["batch"])
         return lambda: torch.ops.mkldnn._linear_pointwise(ts[0], w, None, "none", [], "")
     conv = [[p.get(k, 1)] * 2 for k in ("padding", "stride", "dilation")]
-    groups = p["C"] if task.op == "depthwise_conv2d" else 1
+    groups = _groups(task)
     w = torch._C._nn.mkldnn_reorder_conv2d_weight(ts[1].to_mkldnn(), *conv, groups, list(ts[0].shape))
     return lambda: torch.ops.mkldnn._convolution_pointwise(ts[0], w, None, *conv, groups, "none", [None], "")
 

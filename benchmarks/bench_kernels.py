@@ -26,7 +26,12 @@ DEPTHWISE_TASKS = {  # MobileNetV2's depthwise 3x3 layers (224x224 input): early
     f"depthwise {c}x{h}x{h} 3x3": ("depthwise_conv2d", f"N=1,C={c},H={h},W={h},R=3,S=3,stride=1,padding=1")
     for c, h in ((32, 112), (144, 56), (384, 14))
 }
-ALL_TASKS = {**TASKS, **OTHER_TASKS, **DEPTHWISE_TASKS}  # --tasks may name these too
+GROUPED_TASKS = {  # grouped 3x3 layers: RegNetY-800MF's stage 3 (group width 16), ResNeXt-50 32x4d's stages 1 and 3
+    "group_conv2d 320x14x14 g20": ("group_conv2d", "N=1,C=320,H=14,W=14,K=320,R=3,S=3,groups=20,padding=1"),
+    "group_conv2d 128x56x56 g32": ("group_conv2d", "N=1,C=128,H=56,W=56,K=128,R=3,S=3,groups=32,padding=1"),
+    "group_conv2d 512x14x14 g32": ("group_conv2d", "N=1,C=512,H=14,W=14,K=512,R=3,S=3,groups=32,padding=1"),
+}
+ALL_TASKS = {**TASKS, **OTHER_TASKS, **DEPTHWISE_TASKS, **GROUPED_TASKS}  # --tasks may name these too
 
 
 def _numpy_fn(task, arrays):

@@ -4,6 +4,7 @@ Each factory returns (module in eval mode, example inputs):
   resnet18            ResNet-18, 1x3x224x224
   transformer_layer   torch.nn.TransformerEncoderLayer, d_model 768, 12 heads, seq 128, batch 1
   mobilenet_blocks    MobileNetV2-style inverted-residual stack (depthwise 3x3), 1x3x224x224
+  resnext_blocks      ResNeXt-50 32x4d's stem and first two stages (grouped 3x3, 32 groups), 1x3x224x224
 """
 
 from __future__ import annotations
@@ -81,6 +82,41 @@ class MobileNetBlocks(nn.Module):
         return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
 
 
+class ResNeXtBottleneck(nn.Module):
+    def __init__(self, cin: int, width: int, cout: int, stride: int, groups: int = 32):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return torch.relu(self.block(x) + (x if self.down is None else self.down(x)))
+
+
+class ResNeXtBlocks(nn.Module):
+    """ResNeXt-50 32x4d's stem and first two stages (to 28x28), then pooling and a classifier."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], 64
+        for width, cout, repeats, stride in [(128, 256, 3, 1), (256, 512, 4, 2)]:
+            for i in range(repeats):
+                layers.append(ResNeXtBottleneck(cin, width, cout, stride if i == 0 else 1))
+                cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
 def _ready(model: nn.Module) -> nn.Module:
     torch.manual_seed(1)
     for m in model.modules():
@@ -106,4 +142,10 @@ def mobilenet_blocks():
     return _ready(MobileNetBlocks()), (torch.randn(1, 3, 224, 224),)
 
 
-MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks}
+def resnext_blocks():
+    torch.manual_seed(0)
+    return _ready(ResNeXtBlocks()), (torch.randn(1, 3, 224, 224),)
+
+
+MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks,
+          "resnext_blocks": resnext_blocks}

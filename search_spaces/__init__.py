@@ -18,6 +18,7 @@ DEFAULT_TEMPLATES: dict[tuple[str, str], str] = {
     ("dense", "llvm"): "search_spaces.matmul:DENSE_CPU",
     ("batch_matmul", "llvm"): "search_spaces.matmul:BATCH_MATMUL_CPU",
     ("conv2d", "llvm"): "search_spaces.conv2d:CONV2D_CPU",
+    ("group_conv2d", "llvm"): "search_spaces.conv2d:GROUP_CONV2D_CPU",
     ("depthwise_conv2d", "llvm"): "search_spaces.depthwise_conv2d:DEPTHWISE_CPU",
     ("matmul", "cuda"): "search_spaces.cuda_gemm:MATMUL_CUDA",
     ("dense", "cuda"): "search_spaces.cuda_gemm:DENSE_CUDA",

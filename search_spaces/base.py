@@ -122,6 +122,8 @@ PROBE_SHAPES: dict[str, tuple[dict[str, int], ...]] = {
     "batch_matmul": ({"B": 2, "M": 32, "N": 48, "K": 16}, {"B": 12, "M": 128, "N": 128, "K": 64}),
     "conv2d": ({"C": 16, "H": 14, "W": 14, "K": 32, "R": 3, "S": 3, "padding": 1},
                {"C": 64, "H": 56, "W": 56, "K": 128, "R": 3, "S": 3, "stride": 2, "padding": 1}),
+    "group_conv2d": ({"C": 32, "H": 14, "W": 14, "K": 32, "R": 3, "S": 3, "groups": 4, "padding": 1},
+                     {"C": 128, "H": 28, "W": 28, "K": 128, "R": 3, "S": 3, "groups": 32, "stride": 2, "padding": 1}),
     "depthwise_conv2d": ({"C": 16, "H": 14, "W": 14, "R": 3, "S": 3, "padding": 1},
                          {"C": 96, "H": 56, "W": 56, "R": 3, "S": 3, "stride": 2, "padding": 1}),
 }

@@ -1,4 +1,4 @@
-"""CPU template for conv2d NCHW, with a packed-channel (NCHW[x]c-style) and a direct variant.
+"""CPU template for conv2d NCHW, with a packed-channel (NCHW[x]c-style) and a direct variant; also grouped.
 
 Loops of block "conv": n, k, y, x (spatial), c, r, s (reduction). Tiling:
   parallel [n, k0, y0, x0] -> (c0 when "c_outer") -> mid [k1, y1, x1] -> (c0) -> c1, r, s
@@ -10,6 +10,9 @@ every vector load/store is contiguous. The weight's copy is a PREPACK block: the
 once at build time; the schedule's trace keeps the copy, for a MetaSchedule database.
 Variant "direct" (vec_axis "x"): register tile k2 x x2, vectorised over output width, NCHW
 accumulator, weight read in place.
+A grouped convolution (`group_conv2d`) is `groups` convolutions side by side: k is split into the group g and
+the channel within it, g joins the parallel loops, and the tiles of k and c are tiles of one group's channels,
+so a vector of output channels never spans two groups (their input channels differ).
 """
 
 from __future__ import annotations
@@ -35,16 +38,24 @@ from .common import (
 REDUCTION_ORDERS = ("c1_r_s", "r_s_c1")
 
 
-def define_space(task: Task) -> ConfigSpace:
-    """Tiles of k, y, x, c; variant; loop orders; padding placement; unrolling."""
+def _groups(task: Task) -> tuple[int, int, int]:
+    """(groups, output channels of a group, input channels of a group)."""
     p = task.shape
-    _, k_out, oh, ow = output_shape(task)
+    g = p.get("groups", 1)
+    return g, p["K"] // g, p["C"] // g
+
+
+def define_space(task: Task) -> ConfigSpace:
+    """Tiles of k, y, x, c (of one group's channels); variant; loop orders; padding placement; unrolling."""
+    p = task.shape
+    _, k_group, c_group = _groups(task)
+    _, _, oh, ow = output_shape(task)
     return ConfigSpace(knobs=(
         choice_knob("vec_axis", ("k", "x")),
-        tile_knob("tile_k", k_out, 3, inner_max=64, lanes=vector_lanes(task)),
+        tile_knob("tile_k", k_group, 3, inner_max=64, lanes=vector_lanes(task)),
         tile_knob("tile_y", oh, 2, inner_max=oh),
         tile_knob("tile_x", ow, 3, inner_max=16),
-        tile_knob("tile_c", p["C"], 2, inner_max=p["C"]),
+        tile_knob("tile_c", c_group, 2, inner_max=c_group),
         choice_knob("c0_outer", (True, False)),
         choice_knob("reduction_order", REDUCTION_ORDERS),
         choice_knob("pad", ("root", "inline") if p["padding"] > 0 else ("none",)),
@@ -59,6 +70,10 @@ def apply(task: Task, cfg: Config):
     sch = s_tir.Schedule(prim_func(task))
     blk = sch.get_sblock("conv")
     n, k, y, x, c, r, s = sch.get_loops(blk)
+    groups, k_group, _ = _groups(task)
+    g = []  # the group loop, outside the tiles of k
+    if groups > 1:
+        *g, k = sch.split(k, [groups, k_group])
     k0, k1, k2 = split(sch, k, cfg["tile_k"])
     y0, y1 = split(sch, y, cfg["tile_y"])
     x0, x1, x2 = split(sch, x, cfg["tile_x"])
@@ -67,13 +82,13 @@ def apply(task: Task, cfg: Config):
     packed = cfg["vec_axis"] == "k"
     reg = [x2, k2] if packed else [k2, x2]
     mid = [c0, k1, y1, x1] if cfg["c0_outer"] else [k1, y1, x1, c0]
-    sch.reorder(n, k0, y0, x0, *mid, *inner_red, *reg)
+    sch.reorder(n, *g, k0, y0, x0, *mid, *inner_red, *reg)
     acc = sch.cache_write(blk, 0, "global")
     kb = cfg["tile_k"][-1]
     if packed:
         sch.transform_layout(blk, ("write", 0), lambda a, b, h, w: (a, b // kb, h, w, b % kb))
         wpack = _pack_weight(sch, blk, kb)
-    outer = parallel_fused(sch, [n, k0, y0, x0])
+    outer = parallel_fused(sch, [n, *g, k0, y0, x0])
     sch.reverse_compute_at(acc, outer)
     sch.unroll(reg[0])
     vectorize_loop(sch, reg[1])
@@ -124,3 +139,4 @@ def _parallel_outer_loops(sch, block, count: int) -> None:
 
 
 CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", define_space, apply, relayouts)
+GROUP_CONV2D_CPU = Template("group_conv2d_cpu", "group_conv2d", "llvm", define_space, apply, relayouts)

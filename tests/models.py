@@ -45,6 +45,24 @@ class TinyAttention(nn.Module):
         return self.norm(x + self.proj(y))
 
 
+class GroupedBlock(nn.Module):
+    """A ResNeXt-style bottleneck (1x1, grouped 3x3 + batch norm, 1x1, residual), then a strided, dilated grouped
+    convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.reduce = nn.Conv2d(16, 32, 1, bias=False)
+        self.grouped = nn.Conv2d(32, 32, 3, padding=1, groups=4, bias=False)
+        self.bn = nn.BatchNorm2d(32)
+        self.expand = nn.Conv2d(32, 16, 1)
+        self.down = nn.Conv2d(16, 24, 3, stride=2, padding=2, dilation=2, groups=2)
+
+    def forward(self, x):
+        y = torch.relu(self.reduce(x))
+        y = torch.relu(self.bn(self.grouped(y)))
+        return self.down(self.expand(y) + x)
+
+
 def _init(model: nn.Module, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     for m in model.modules():
@@ -62,3 +80,8 @@ def convnet():
 def tiny_attention():
     torch.manual_seed(0)
     return _init(TinyAttention(), 1), (torch.randn(1, 16, 32),)
+
+
+def grouped_block():
+    torch.manual_seed(0)
+    return _init(GroupedBlock(), 1), (torch.randn(1, 16, 12, 12),)

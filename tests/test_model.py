@@ -16,7 +16,7 @@ from autotune.model.cli import add_model_commands
 from autotune.model.scheduler import TaskState, gradient, pick_task
 from autotune.task import make_task
 from tests.conftest import FakeBuilder, SimulatedRunner
-from tests.models import convnet, tiny_attention
+from tests.models import convnet, grouped_block, tiny_attention
 
 CONVNET = "tests/models.py:convnet"
 
@@ -104,7 +104,8 @@ class _ConvOfAnInput(torch.nn.Module):
         return torch.nn.functional.conv2d(x, w, padding=1, groups=self.groups)
 
 
-PACKED_VARIANTS = {"conv2d": ("vec_axis", "k", 1), "depthwise_conv2d": ("vec_axis", "c", 16)}  # knob, value, groups
+PACKED_VARIANTS = {"conv2d": ("vec_axis", "k", 1), "depthwise_conv2d": ("vec_axis", "c", 16),
+                   "group_conv2d": ("vec_axis", "k", 4)}  # knob, value, groups
 
 
 @pytest.mark.parametrize("op", list(PACKED_VARIANTS))
@@ -135,6 +136,22 @@ def test_packed_conv_kernel_gets_its_weight_packed(op, weight, tmp_path):
     assert kernel.tuned and space.get(kernel.config_index)[knob] == packed_value
     packs = [name for name in built.report.generic if "layout_transform" in name]
     assert bool(packs) == (weight == "input"), built.report.generic  # a constant weight is packed at build time
+    with torch.no_grad():
+        np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_convolutions_are_tasks_and_build_right():
+    """Grouped convolutions (ResNeXt, RegNet) are group_conv2d tasks, the batch norm after one folded into it."""
+    model, inputs = grouped_block()
+    cap = capture(model, inputs)
+    assert _summary(extract_tasks(cap)) == sorted([
+        _expect("conv2d", 1, C=16, H=12, W=12, K=32, R=1, S=1),
+        _expect("group_conv2d", 1, C=32, H=12, W=12, K=32, R=3, S=3, groups=4, padding=1),
+        _expect("conv2d", 1, C=32, H=12, W=12, K=16, R=1, S=1),
+        _expect("group_conv2d", 1, C=16, H=12, W=12, K=24, R=3, S=3, groups=2, stride=2, padding=2, dilation=2),
+    ])
+    built = build_model(cap)
+    assert len(built.report.kernels) == 4 and not built.report.skipped
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
 

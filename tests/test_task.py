@@ -102,6 +102,20 @@ def test_conv_references_match_naive_loops():
     x, w = random_inputs(dw, p, "float32")
     naive = np.concatenate([_naive_conv(x[:, c:c + 1], w[c:c + 1], 2, 1, 1) for c in range(5)], axis=1)
     assert check_output(dw.reference(p, [x, w]), naive, 9) is None
+    gc = OPS["group_conv2d"]  # 3 groups of 2 input and 4 output channels
+    p = gc.complete({"N": 2, "C": 6, "H": 9, "W": 8, "K": 12, "R": 3, "S": 3, "groups": 3, "stride": 2, "padding": 1,
+                     "dilation": 2})
+    x, w = random_inputs(gc, p, "float32")
+    naive = np.concatenate([_naive_conv(x[:, 2 * g:2 * g + 2], w[4 * g:4 * g + 4], 2, 1, 2) for g in range(3)], axis=1)
+    assert check_output(gc.reference(p, [x, w]), naive, 18) is None
+    assert make_task("group_conv2d", "C=6,H=9,W=8,K=12,R=3,S=3,groups=3").flops == 2 * 12 * 7 * 6 * 2 * 9
+
+
+def test_group_conv2d_shapes_must_divide():
+    with pytest.raises(AutotuneError, match="impossible shape for group_conv2d: groups=4 does not divide C=6"):
+        make_task("group_conv2d", "C=6,H=8,W=8,K=8,R=3,S=3,groups=4")
+    with pytest.raises(AutotuneError, match="groups=3 does not divide K=8"):
+        make_task("group_conv2d", "C=6,H=8,W=8,K=8,R=3,S=3,groups=3")
 
 
 def test_flops_and_check_output():

@@ -42,7 +42,8 @@ CHOICE_PREFS: dict[str, dict[str, Any]] = {
 
 
 def _family(op: str) -> str:
-    return "gemm" if op in ("matmul", "dense", "batch_matmul") else op
+    """Operators that share a template share its preferences."""
+    return {"matmul": "gemm", "dense": "gemm", "batch_matmul": "gemm", "group_conv2d": "conv2d"}.get(op, op)
 
 
 def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:

@@ -4,6 +4,7 @@ Tunable calls are recognised in the Relax module *before* legalization, where th
 attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.nn.conv2d NCHW/OIHW, groups 1              -> conv2d
   R.nn.conv2d groups == channels, weight [C,1,R,S] -> depthwise_conv2d
+  R.nn.conv2d other groups                      -> group_conv2d
   R.matmul [.., M, K] @ permute_dims(W const)   -> dense (a linear layer: its weight W [N, K] is packed once,
                                                    at build time, in the layout the kernel reads)
   R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
@@ -83,7 +84,7 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
             return Skipped(what, "dilated depthwise convolution")
         op = "depthwise_conv2d"
     else:
-        return Skipped(what, f"grouped convolution (groups={groups})")
+        op, p = "group_conv2d", {**p, "K": k, "groups": groups, "dilation": dilation[0]}
     task = make_task(op, p, target=target)
     out = _shape(call)
     return Site(task, data, weight, out)
