@@ -30,21 +30,32 @@ class BasicBlock(nn.Module):
         return torch.relu(y + (x if self.down is None else self.down(x)))
 
 
-class ResNet18(nn.Module):
-    def __init__(self, classes: int = 1000):
+class Classifier(nn.Module):
+    """A stem, a stack of layers, global average pooling and a linear classifier (submodules made in that order)."""
+
+    def __init__(self, stem: nn.Module, layers: list[nn.Module], features: int, classes: int):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                                  nn.MaxPool2d(3, 2, 1))
+        self.stem = stem
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(features, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
+def resnet_stem() -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+
+
+class ResNet18(Classifier):
+    def __init__(self, classes: int = 1000):
+        stem = resnet_stem()
         layers, cin = [], 64
         for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
             layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
             cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+        super().__init__(stem, layers, cin, classes)
 
 
 class InvertedResidual(nn.Module):
@@ -62,24 +73,18 @@ class InvertedResidual(nn.Module):
         return x + y if self.use_res else y
 
 
-class MobileNetBlocks(nn.Module):
+class MobileNetBlocks(Classifier):
     """The first stages of MobileNetV2 (to 14x14), then pooling and a classifier."""
 
     def __init__(self, classes: int = 1000):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6())
+        stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6())
         cfg = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 2, 2)]  # expand, out, repeats, stride
         layers, cin = [], 32
         for expand, cout, repeats, stride in cfg:
             for i in range(repeats):
                 layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand))
                 cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(cin, classes)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+        super().__init__(stem, layers, cin, classes)
 
 
 class ResNeXtBottleneck(nn.Module):
@@ -97,24 +102,17 @@ class ResNeXtBottleneck(nn.Module):
         return torch.relu(self.block(x) + (x if self.down is None else self.down(x)))
 
 
-class ResNeXtBlocks(nn.Module):
+class ResNeXtBlocks(Classifier):
     """ResNeXt-50 32x4d's stem and first two stages (to 28x28), then pooling and a classifier."""
 
     def __init__(self, classes: int = 1000):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                                  nn.MaxPool2d(3, 2, 1))
+        stem = resnet_stem()
         layers, cin = [], 64
         for width, cout, repeats, stride in [(128, 256, 3, 1), (256, 512, 4, 2)]:
             for i in range(repeats):
                 layers.append(ResNeXtBottleneck(cin, width, cout, stride if i == 0 else 1))
                 cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(cin, classes)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+        super().__init__(stem, layers, cin, classes)
 
 
 def _ready(model: nn.Module) -> nn.Module:
