@@ -47,7 +47,7 @@ class TinyAttention(nn.Module):
 
 class GroupedBlock(nn.Module):
     """A ResNeXt-style bottleneck (1x1, grouped 3x3 + batch norm, 1x1, residual), then a strided, dilated grouped
-    convolution."""
+    convolution, a dilated depthwise one and a depthwise one with a channel multiplier of 2."""
 
     def __init__(self):
         super().__init__()
@@ -56,11 +56,14 @@ class GroupedBlock(nn.Module):
         self.bn = nn.BatchNorm2d(32)
         self.expand = nn.Conv2d(32, 16, 1)
         self.down = nn.Conv2d(16, 24, 3, stride=2, padding=2, dilation=2, groups=2)
+        self.dilated_dw = nn.Conv2d(24, 24, 3, padding=2, dilation=2, groups=24)
+        self.multiplier = nn.Conv2d(24, 48, 3, padding=1, groups=24)
 
     def forward(self, x):
         y = torch.relu(self.reduce(x))
         y = torch.relu(self.bn(self.grouped(y)))
-        return self.down(self.expand(y) + x)
+        y = self.down(self.expand(y) + x)
+        return self.multiplier(torch.relu(self.dilated_dw(y)))
 
 
 def _init(model: nn.Module, seed: int) -> nn.Module:

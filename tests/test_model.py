@@ -141,7 +141,8 @@ def test_packed_conv_kernel_gets_its_weight_packed(op, weight, tmp_path):
 
 
 def test_grouped_convolutions_are_tasks_and_build_right():
-    """Grouped convolutions (ResNeXt, RegNet) are group_conv2d tasks, the batch norm after one folded into it."""
+    """Grouped convolutions (ResNeXt, RegNet), dilated depthwise ones and depthwise ones with a channel multiplier
+    are group_conv2d tasks (the batch norm after one folded into it), and the model builds right."""
     model, inputs = grouped_block()
     cap = capture(model, inputs)
     assert _summary(extract_tasks(cap)) == sorted([
@@ -149,9 +150,11 @@ def test_grouped_convolutions_are_tasks_and_build_right():
         _expect("group_conv2d", 1, C=32, H=12, W=12, K=32, R=3, S=3, groups=4, padding=1),
         _expect("conv2d", 1, C=32, H=12, W=12, K=16, R=1, S=1),
         _expect("group_conv2d", 1, C=16, H=12, W=12, K=24, R=3, S=3, groups=2, stride=2, padding=2, dilation=2),
+        _expect("group_conv2d", 1, C=24, H=6, W=6, K=24, R=3, S=3, groups=24, padding=2, dilation=2),
+        _expect("group_conv2d", 1, C=24, H=6, W=6, K=48, R=3, S=3, groups=24, padding=1),
     ])
     built = build_model(cap)
-    assert len(built.report.kernels) == 4 and not built.report.skipped
+    assert len(built.report.kernels) == 6 and not built.report.skipped
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
 

@@ -30,6 +30,7 @@ CASES = [
     ("conv2d", "C=4,H=8,W=8,K=32,R=3,S=3,padding=1,stride=2"),
     ("group_conv2d", "C=32,H=10,W=10,K=32,R=3,S=3,groups=4,padding=1"),  # 8 channels a group: one AVX2 vector
     ("group_conv2d", "N=2,C=12,H=9,W=9,K=6,R=3,S=3,groups=3,stride=2,padding=2,dilation=2"),
+    ("group_conv2d", "C=8,H=9,W=9,K=16,R=3,S=3,groups=8,padding=2,dilation=2"),  # depthwise, multiplier 2, dilated
     ("depthwise_conv2d", "C=32,H=15,W=15,R=3,S=3,stride=2,padding=1"),
     ("depthwise_conv2d", "N=2,C=7,H=9,W=9,R=3,S=3"),
     ("depthwise_conv2d", "C=48,H=10,W=10,R=5,S=5,padding=2"),

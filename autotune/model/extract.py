@@ -3,8 +3,9 @@
 Tunable calls are recognised in the Relax module *before* legalization, where the operator
 attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.nn.conv2d NCHW/OIHW, groups 1              -> conv2d
-  R.nn.conv2d groups == channels, weight [C,1,R,S] -> depthwise_conv2d
-  R.nn.conv2d other groups                      -> group_conv2d
+  R.nn.conv2d groups == channels, weight [C,1,R,S] -> depthwise_conv2d (undilated)
+  R.nn.conv2d other groups                      -> group_conv2d (also depthwise with a channel multiplier
+                                                   or a dilation)
   R.matmul [.., M, K] @ permute_dims(W const)   -> dense (a linear layer: its weight W [N, K] is packed once,
                                                    at build time, in the layout the kernel reads)
   R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
@@ -79,11 +80,9 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
     p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": strides[0], "padding": padding[0]}
     if groups == 1:
         op, p = "conv2d", {**p, "K": k, "dilation": dilation[0]}
-    elif groups == c and cg == 1 and k == c:
-        if dilation[0] != 1:
-            return Skipped(what, "dilated depthwise convolution")
+    elif groups == c and cg == 1 and k == c and dilation[0] == 1:
         op = "depthwise_conv2d"
-    else:
+    else:  # other groups, a channel multiplier, a dilated depthwise convolution
         op, p = "group_conv2d", {**p, "K": k, "groups": groups, "dilation": dilation[0]}
     task = make_task(op, p, target=target)
     out = _shape(call)
