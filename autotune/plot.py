@@ -157,8 +157,9 @@ def model_summary(c: ModelCurve, name: str) -> str:
     if c.missing:
         return (f"{c.label}: {name}: no estimate, {len(c.missing)} of its tasks have no valid trial in the log "
                 f"({', '.join(c.missing[:4])}{', ...' if len(c.missing) > 4 else ''})")
-    return (f"{c.label}: {name}: tuned kernels {c.ms[0]:.3f} ms per inference after trial {c.trials[0]} (the first "
-            f"with every task timed), {c.ms[-1]:.3f} ms after {c.trials[-1]} ({c.ms[0] / c.ms[-1]:.2f}x)")
+    return (f"{c.label}: {name}: tuned kernels (first measurements) {c.ms[0]:.3f} ms per inference after trial "
+            f"{c.trials[0]} (the first with every task timed), {c.ms[-1]:.3f} ms after {c.trials[-1]} "
+            f"({c.ms[0] / c.ms[-1]:.2f}x)")
 
 
 def summary(c: Curve) -> str:
