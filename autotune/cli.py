@@ -16,6 +16,7 @@ from .cli_args import add_runner_arguments, add_search_arguments, runner_options
 from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
 from .model.cli import add_model_commands
+from .plot import X_AXES
 from .rpc_services import add_rpc_parser, add_rpc_runner_arguments, cmd_rpc, runner_from_args
 
 EXAMPLE_SHAPES = {
@@ -74,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="tuning curves of logs (best GFLOPS so far against trials) as a PNG")
     pl.add_argument("logs", nargs="+")
     pl.add_argument("-o", "--output", default="tuning.png", help="image file (default: tuning.png)")
-    pl.add_argument("--x", choices=["trials", "seconds"], default="trials", help="horizontal axis")
+    pl.add_argument("--x", choices=list(X_AXES), default="trials", help="horizontal axis")
     pl.add_argument("--task", help="only the tasks whose key or description contains this text")
     pl.add_argument("--model", help="also the estimated time of this model's tuned kernels (calls x best time of "
                                     "each of its tasks) against the log's trials, e.g. of `autotune tune-model`")
@@ -243,7 +244,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .plot import X_AXES, curves, draw, panels, summary
+    from .plot import curves, draw, panels, summary
 
     logs = {path: _load([path])[0] for path in dict.fromkeys(args.logs)}
     found = [c for path, records in logs.items() for c in curves(records, path)]

@@ -109,30 +109,11 @@ def _pad(data, padding: int):
 
 
 def _conv2d_compute(p: Params, dtype: str):
+    """conv2d, and group_conv2d ("groups" in p): output channel k reads the input channels of its group,
+    (k // (K / groups)) * (C / groups) + c."""
     from tvm import te
-    data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), dtype, name="data")
-    weight = te.placeholder((p["K"], p["C"], p["R"], p["S"]), dtype, name="weight")
-    padded = _pad(data, p["padding"])
-    st, dl = p["stride"], p["dilation"]
-    c = te.reduce_axis((0, p["C"]), name="c")
-    r = te.reduce_axis((0, p["R"]), name="r")
-    s = te.reduce_axis((0, p["S"]), name="s")
-    conv = te.compute(
-        _conv2d_out(p),
-        lambda n, k, y, x: te.sum(padded[n, c, y * st + r * dl, x * st + s * dl] * weight[k, c, r, s], axis=[c, r, s]),
-        name="conv")
-    return [data, weight, conv]
-
-
-def _conv2d_out(p: Params) -> tuple[int, ...]:
-    return (p["N"], p["K"], _conv_out(p["H"], p["R"], p["stride"], p["padding"], p["dilation"]),
-            _conv_out(p["W"], p["S"], p["stride"], p["padding"], p["dilation"]))
-
-
-def _group_conv2d_compute(p: Params, dtype: str):
-    """Output channel k reads the input channels of its group, (k // (K / groups)) * (C / groups) + c."""
-    from tvm import te
-    cg, kg = p["C"] // p["groups"], p["K"] // p["groups"]
+    groups = p.get("groups", 1)
+    cg, kg = p["C"] // groups, p["K"] // groups
     data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), dtype, name="data")
     weight = te.placeholder((p["K"], cg, p["R"], p["S"]), dtype, name="weight")
     padded = _pad(data, p["padding"])
@@ -140,12 +121,18 @@ def _group_conv2d_compute(p: Params, dtype: str):
     c = te.reduce_axis((0, cg), name="c")
     r = te.reduce_axis((0, p["R"]), name="r")
     s = te.reduce_axis((0, p["S"]), name="s")
+    channel = (lambda k: c) if groups == 1 else (lambda k: k // kg * cg + c)
     conv = te.compute(
         _conv2d_out(p),
-        lambda n, k, y, x: te.sum(padded[n, k // kg * cg + c, y * st + r * dl, x * st + s * dl] * weight[k, c, r, s],
+        lambda n, k, y, x: te.sum(padded[n, channel(k), y * st + r * dl, x * st + s * dl] * weight[k, c, r, s],
                                   axis=[c, r, s]),
         name="conv")
     return [data, weight, conv]
+
+
+def _conv2d_out(p: Params) -> tuple[int, ...]:
+    return (p["N"], p["K"], _conv_out(p["H"], p["R"], p["stride"], p["padding"], p["dilation"]),
+            _conv_out(p["W"], p["S"], p["stride"], p["padding"], p["dilation"]))
 
 
 def _group_conv2d_check(p: Params) -> str | None:
@@ -231,7 +218,7 @@ OPS: dict[str, OpDef] = {
               ("N", "C", "H", "W", "K", "R", "S", "groups", "stride", "padding", "dilation"),
               {"N": 1, "stride": 1, "padding": 0, "dilation": 1},
               lambda p: [(p["N"], p["C"], p["H"], p["W"]), (p["K"], p["C"] // p["groups"], p["R"], p["S"])],
-              _conv2d_out, _group_conv2d_compute, _group_conv2d_reference,
+              _conv2d_out, _conv2d_compute, _group_conv2d_reference,
               lambda p: 2.0 * np.prod(_conv2d_out(p)) * (p["C"] // p["groups"]) * p["R"] * p["S"],
               _group_conv2d_check),
         OpDef("depthwise_conv2d", "NCHW depthwise convolution (multiplier 1), weight [C,1,R,S]",
