@@ -5,6 +5,8 @@ Each factory returns (module in eval mode, example inputs):
   transformer_layer   torch.nn.TransformerEncoderLayer, d_model 768, 12 heads, seq 128, batch 1
   mobilenet_blocks    MobileNetV2-style inverted-residual stack (depthwise 3x3), 1x3x224x224
   resnext_blocks      ResNeXt-50 32x4d's stem and first two stages (grouped 3x3, 32 groups), 1x3x224x224
+  speech_frontend     wav2vec 2.0's convolutional feature encoder (seven 1-d convolutions) and a Conformer
+                      convolution module (pointwise, depthwise k=31, pointwise), 1 s of 16 kHz audio (1x16000)
 """
 
 from __future__ import annotations
@@ -115,10 +117,45 @@ class ResNeXtBlocks(Classifier):
         super().__init__(stem, layers, cin, classes)
 
 
+class ConformerConv(nn.Module):
+    """The Conformer's convolution module on [batch, time, dim]: pointwise conv to 2*dim, GLU, depthwise conv,
+    batch norm, SiLU, pointwise conv, residual."""
+
+    def __init__(self, dim: int, kernel: int = 31):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.block = nn.Sequential(
+            nn.Conv1d(dim, 2 * dim, 1), nn.GLU(dim=1),
+            nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim), nn.BatchNorm1d(dim), nn.SiLU(),
+            nn.Conv1d(dim, dim, 1))
+
+    def forward(self, x):
+        return x + self.block(self.norm(x).transpose(1, 2)).transpose(1, 2)
+
+
+class SpeechFrontend(nn.Module):
+    """wav2vec 2.0's feature encoder (conv1d 512 channels: kernel 10 stride 5, four of kernel 3 stride 2, two of
+    kernel 2 stride 2; group norm after the first, GELU after each), its projection to `dim`, one Conformer
+    convolution module."""
+
+    def __init__(self, dim: int = 256):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv1d(1, 512, 10, 5, bias=False), nn.GroupNorm(512, 512), nn.GELU()]
+        for kernel in (3, 3, 3, 3, 2, 2):
+            layers += [nn.Conv1d(512, 512, kernel, 2, bias=False), nn.GELU()]
+        self.encoder = nn.Sequential(*layers)
+        self.project = nn.Sequential(nn.LayerNorm(512), nn.Linear(512, dim))
+        self.conformer = ConformerConv(dim)
+
+    def forward(self, wave):
+        features = self.encoder(wave.unsqueeze(1)).transpose(1, 2)
+        return self.conformer(self.project(features))
+
+
 def _ready(model: nn.Module) -> nn.Module:
     torch.manual_seed(1)
     for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
     return model.eval()
@@ -145,5 +182,10 @@ def resnext_blocks():
     return _ready(ResNeXtBlocks()), (torch.randn(1, 3, 224, 224),)
 
 
+def speech_frontend():
+    torch.manual_seed(0)
+    return _ready(SpeechFrontend()), (torch.randn(1, 16000),)
+
+
 MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks,
-          "resnext_blocks": resnext_blocks}
+          "resnext_blocks": resnext_blocks, "speech_frontend": speech_frontend}

@@ -66,10 +66,29 @@ class GroupedBlock(nn.Module):
         return self.multiplier(torch.relu(self.dilated_dw(y)))
 
 
+class Conv1dBlock(nn.Module):
+    """1-d convolutions (strided with a bias; depthwise, k=7, with a batch norm; grouped and dilated), then an
+    Inception-style 1x7 and 3x1 conv2d pair, padded along one axis only."""
+
+    def __init__(self):
+        super().__init__()
+        self.strided = nn.Conv1d(8, 16, 3, stride=2, padding=1)
+        self.depthwise = nn.Conv1d(16, 16, 7, padding=3, groups=16, bias=False)
+        self.bn = nn.BatchNorm1d(16)
+        self.grouped = nn.Conv1d(16, 24, 3, padding=2, dilation=2, groups=4)
+        self.row = nn.Conv2d(24, 16, (1, 7), padding=(0, 3))
+        self.column = nn.Conv2d(16, 8, (3, 1), padding=(1, 0), bias=False)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.depthwise(torch.relu(self.strided(x)))))
+        y = self.grouped(y).unsqueeze(2)
+        return self.column(torch.relu(self.row(torch.cat([y, 2 * y], dim=2))))
+
+
 def _init(model: nn.Module, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):  # non-trivial running stats, so the bn math is exercised
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):  # non-trivial running stats, so the bn math is exercised
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 1.5)
     return model.eval()
@@ -88,3 +107,8 @@ def tiny_attention():
 def grouped_block():
     torch.manual_seed(0)
     return _init(GroupedBlock(), 1), (torch.randn(1, 16, 12, 12),)
+
+
+def conv1d_block():
+    torch.manual_seed(0)
+    return _init(Conv1dBlock(), 1), (torch.randn(1, 8, 40),)

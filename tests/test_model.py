@@ -16,7 +16,7 @@ from autotune.model.cli import add_model_commands
 from autotune.model.scheduler import TaskState, gradient, pick_task
 from autotune.task import make_task
 from tests.conftest import FakeBuilder, SimulatedRunner
-from tests.models import convnet, grouped_block, tiny_attention
+from tests.models import conv1d_block, convnet, grouped_block, tiny_attention
 
 CONVNET = "tests/models.py:convnet"
 
@@ -155,6 +155,27 @@ def test_grouped_convolutions_are_tasks_and_build_right():
     ])
     built = build_model(cap)
     assert len(built.report.kernels) == 6 and not built.report.skipped
+    with torch.no_grad():
+        np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_and_one_axis_padding_are_tasks_and_build_right():
+    """A 1-d convolution is a conv2d of height 1 (grouped and depthwise ones too, a batch norm after one folded
+    into its weight); padding on one axis only (Inception's 1x7, a 1-d one's) is a pad before a task with
+    padding 0."""
+    model, inputs = conv1d_block()
+    cap = capture(model, inputs)
+    script = cap.mod.script()
+    assert "batch_norm" not in script and script.count("R.multiply") == 1  # the model's own 2 * y
+    assert _summary(extract_tasks(cap)) == sorted([
+        _expect("conv2d", 1, C=8, H=1, W=42, K=16, R=1, S=3, stride=2),
+        _expect("depthwise_conv2d", 1, C=16, H=1, W=26, R=1, S=7),
+        _expect("group_conv2d", 1, C=16, H=1, W=24, K=24, R=1, S=3, groups=4, dilation=2),
+        _expect("conv2d", 1, C=24, H=2, W=26, K=16, R=1, S=7),
+        _expect("conv2d", 1, C=16, H=4, W=20, K=8, R=3, S=1),
+    ])
+    built = build_model(cap)
+    assert len(built.report.kernels) == 5 and not built.report.skipped
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
 

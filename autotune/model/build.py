@@ -183,7 +183,7 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
 def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse: bool = True) -> Any:
     """Replace each tunable call by call_tir of its task's kernel (reshaping operands as needed; a constant
     weight a kernel takes packed, dense's or conv2d's, is relaid here, once, into the layout it reads)."""
-    from tvm import relax
+    from tvm import ir, relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     @mutator
@@ -203,6 +203,8 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse
         def _as(self, expr: Any, shape: tuple[int, ...]) -> Any:
             if tuple(int(d) for d in expr.ty.shape) == shape:
                 return expr
+            if isinstance(expr, ir.Constant):  # a weight: reshaped now, so it is still a constant to relay out
+                return relax.const(expr.value.numpy().reshape(shape))
             return self.builder_.emit(relax.op.reshape(expr, shape))
 
         def visit_call_(self, call: Any) -> Any:
@@ -211,7 +213,10 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse
             if not isinstance(site, Site):
                 return call
             b = site.dense_weight if site.dense_weight is not None else self._as(call.args[1], site.b_shape)
-            args = [self._as(call.args[0], site.a_shape),
+            a = self._as(call.args[0], site.unpadded_a_shape())
+            if site.pad:
+                a = self.builder_.emit(relax.op.nn.pad(a, [0, 0, 0, 0, *site.pad]))
+            args = [a,
                     kernels[site.task.key].operand(site.task, 1, b, self.builder_.emit)]
             shape = tuple(int(d) for d in site.task.opdef.output_shape(site.task.shape))
             out = relax.call_tir(self._gvar(site.task), args, relax.TensorType(shape, "float32"))

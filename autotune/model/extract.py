@@ -6,6 +6,9 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.nn.conv2d groups == channels, weight [C,1,R,S] -> depthwise_conv2d (undilated)
   R.nn.conv2d other groups                      -> group_conv2d (also depthwise with a channel multiplier
                                                    or a dilation)
+  R.nn.conv1d NCW/OIW                           -> the same tasks with H = R = 1 (data [N,C,W] seen as [N,C,1,W])
+  A convolution whose padding differs between sides or axes (a 1-d one's always pads W only) gets its data
+  zero-padded by an R.nn.pad before the kernel, and a task with padding 0.
   R.matmul [.., M, K] @ permute_dims(W const)   -> dense (a linear layer: its weight W [N, K] is packed once,
                                                    at build time, in the layout the kernel reads)
   R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
@@ -36,6 +39,15 @@ class Site:
     b_shape: tuple[int, ...]
     out_shape: tuple[int, ...]  # the call's own output shape (task output reshaped back to it)
     dense_weight: Any = None  # dense: the constant W [N, K] the task takes in place of the call's W^T operand
+    pad: tuple[int, ...] = ()  # convolution: (top, bottom, left, right) zeros added to the data before the task
+
+    def unpadded_a_shape(self) -> tuple[int, ...]:
+        """The first operand's shape before `pad` (the call's data is reshaped to it)."""
+        if not self.pad:
+            return self.a_shape
+        top, bottom, left, right = self.pad
+        n, c, h, w = self.a_shape
+        return (n, c, h - top - bottom, w - left - right)
 
 
 @dataclass(frozen=True)
@@ -62,22 +74,32 @@ def _dtype(expr: Any) -> str:
 
 
 def _conv_site(call: Any, target: dict) -> Site | Skipped:
+    """conv2d, or conv1d as a conv2d of height 1: the task, with an explicit pad for uneven padding."""
     a = call.attrs
+    one_d = call.op.name == "relax.nn.conv1d"
     data, weight = _shape(call.args[0]), _shape(call.args[1])
-    what = f"conv2d data={data} weight={weight}"
+    what = f"{'conv1d' if one_d else 'conv2d'} data={data} weight={weight}"
     if data is None or weight is None:
         return Skipped(what, "dynamic shape")
-    if (a.data_layout, a.kernel_layout, a.out_layout or "NCHW") != ("NCHW", "OIHW", "NCHW"):
-        return Skipped(what, f"layout {a.data_layout}/{a.kernel_layout}/{a.out_layout} (only NCHW/OIHW)")
+    layouts = ("NCW", "OIW", "NCW") if one_d else ("NCHW", "OIHW", "NCHW")
+    if (a.data_layout, a.kernel_layout, a.out_layout or layouts[2]) != layouts:
+        return Skipped(what, f"layout {a.data_layout}/{a.kernel_layout}/{a.out_layout} (only {'/'.join(layouts[:2])})")
     if {_dtype(call.args[0]), _dtype(call.args[1])} != {"float32"} or str(a.out_dtype) not in ("", "void", "float32"):
         return Skipped(what, "dtype is not float32")
     strides, padding, dilation = (tuple(int(v) for v in x) for x in (a.strides, a.padding, a.dilation))
-    if len(set(strides)) != 1 or len(set(padding)) != 1 or len(set(dilation)) != 1:
-        return Skipped(what, f"non-uniform strides {strides} / padding {padding} / dilation {dilation}")
+    if one_d:  # height 1, a 1-row kernel: the height's stride and dilation do nothing
+        data, weight = (*data[:2], 1, data[2]), (*weight[:2], 1, weight[2])
+        strides, dilation, padding = strides * 2, dilation * 2, (0, padding[0], 0, padding[1])
+    if len(set(strides)) != 1 or len(set(dilation)) != 1:
+        return Skipped(what, f"non-uniform strides {strides} / dilation {dilation}")
+    top, left, bottom, right = padding
+    pad = () if len(set(padding)) == 1 else (top, bottom, left, right)
     n, c, h, w = data
     k, cg, r, s = weight
+    if pad:
+        h, w = h + top + bottom, w + left + right
     groups = int(a.groups)
-    p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": strides[0], "padding": padding[0]}
+    p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": strides[0], "padding": 0 if pad else top}
     if groups == 1:
         op, p = "conv2d", {**p, "K": k, "dilation": dilation[0]}
     elif groups == c and cg == 1 and k == c and dilation[0] == 1:
@@ -85,8 +107,7 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
     else:  # other groups, a channel multiplier, a dilated depthwise convolution
         op, p = "group_conv2d", {**p, "K": k, "groups": groups, "dilation": dilation[0]}
     task = make_task(op, p, target=target)
-    out = _shape(call)
-    return Site(task, data, weight, out)
+    return Site(task, (n, c, h, w), weight, _shape(call), pad=pad)
 
 
 def constant_weight(expr: Any, lookup: Callable[[Any], Any]) -> Any:
@@ -133,7 +154,7 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     """Site for a tunable call, Skipped for a conv/matmul autotune cannot take, None otherwise.
     `lookup(var)`: the value bound to a variable of the function, if known."""
     name = getattr(call.op, "name", "")
-    if name == "relax.nn.conv2d":
+    if name in ("relax.nn.conv2d", "relax.nn.conv1d"):
         return _conv_site(call, target)
     if name == "relax.matmul":
         return _matmul_site(call, target, lookup)

@@ -43,13 +43,15 @@ def _inference_bn(call: Any, bindings: dict[Any, Any]) -> tuple[np.ndarray, np.n
 
 
 def _foldable_conv(expr: Any, bindings: dict[Any, Any], uses: dict[Any, int]) -> Any | None:
-    """The conv2d call bound to `expr` when its weight is constant (OIHW) and `expr` has no other use."""
+    """The conv2d (conv1d) call bound to `expr` when its weight is constant (OIHW, OIW) and `expr` has no other
+    use."""
     from tvm import relax
 
     call = bindings.get(expr) if isinstance(expr, relax.Var) and uses.get(expr, 0) == 1 else None
-    if not isinstance(call, relax.Call) or getattr(call.op, "name", "") != "relax.nn.conv2d":
+    layouts = {"relax.nn.conv2d": ("OIHW", "NCHW"), "relax.nn.conv1d": ("OIW", "NCW")}
+    if not isinstance(call, relax.Call) or getattr(call.op, "name", "") not in layouts:
         return None
-    if call.attrs.kernel_layout != "OIHW" or call.attrs.data_layout != "NCHW":
+    if (call.attrs.kernel_layout, call.attrs.data_layout) != layouts[call.op.name]:
         return None
     return call if _constant(call.args[1], bindings) is not None else None
 
@@ -83,7 +85,7 @@ def fold_batch_norms(mod: Any) -> Any:
             super().__init__(module)
             self.bindings = bindings
             self.norms: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # batch_norm call -> (scale, shift)
-            self.conv_bn: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # conv2d call -> its norm's (scale, shift)
+            self.conv_bn: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # conv call -> its norm's (scale, shift)
             self.in_conv: set[Any] = set()  # batch_norm calls folded into the weight of their conv
             for value in bindings.values():
                 bn = _inference_bn(value, bindings)
@@ -97,12 +99,13 @@ def fold_batch_norms(mod: Any) -> Any:
 
         def visit_call_(self, call: Any) -> Any:
             new = super().visit_call_(call)
-            if call in self.conv_bn:  # conv2d(x, W * scale) + shift
+            if call in self.conv_bn:  # conv(x, W * scale) + shift
                 scale, shift = self.conv_bn[call]
                 weight = _constant(call.args[1], self.bindings)
-                weight = (weight * scale.reshape(-1, 1, 1, 1)).astype(weight.dtype)
+                spatial = (1,) * (weight.ndim - 2)
+                weight = (weight * scale.reshape(-1, 1, *spatial)).astype(weight.dtype)
                 conv = self.builder_.emit(relax.Call(call.op, [new.args[0], relax.const(weight)], call.attrs))
-                return relax.op.add(conv, relax.const(shift.reshape(1, -1, 1, 1).astype(weight.dtype)))
+                return relax.op.add(conv, relax.const(shift.reshape(1, -1, *spatial).astype(weight.dtype)))
             if call not in self.norms:
                 return new
             data = new.args[0]
