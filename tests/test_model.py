@@ -176,6 +176,10 @@ def test_conv1d_and_one_axis_padding_are_tasks_and_build_right():
     ])
     built = build_model(cap)
     assert len(built.report.kernels) == 5 and not built.report.skipped
+    # the bias adds and ReLUs after the [N, K, 1, W] -> [N, K, W] views run in the kernels' write-backs
+    epilogues = {name: how for name, how in built.report.generic.items() if "add" in name or "relu" in name}
+    assert len(epilogues) == 4 and all(name.startswith("fused_autotune") for name in epilogues), epilogues
+    assert all(how.startswith("epilogue fused") and "apart" not in how for how in epilogues.values()), epilogues
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
 

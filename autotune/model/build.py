@@ -1,7 +1,9 @@
 """Build a captured model with autotune's kernels: tuned ones from logs, default schedules elsewhere.
 
 Pipeline: replace every tunable Relax call by a call_tir to autotune's own scheduled PrimFunc
-(pattern kOutEWiseFusable: FuseOps fuses the elementwise ops after it, see `epilogue`) -> LegalizeOps ->
+(pattern kOutEWiseFusable: FuseOps fuses the elementwise ops after it, see `epilogue`) -> elementwise ops moved
+above unit-dimension reshapes of its output (`reshapes`) -> activations expanded into exp / erf / tanh
+(`activations`) -> their fast approximations (FastMathTransform) -> LegalizeOps ->
 AnnotateTIROpPattern -> FoldConstant -> FuseOps -> int32 epilogues -> FuseTIR -> each kernel's epilogue
 inlined into its write-back, generic schedules for the remaining functions -> compile -> VM.
 """
@@ -21,9 +23,11 @@ from ..space import Config
 from ..target import vector_unit
 from ..task import Task
 from .capture import Captured, InputSpec, capture
-from .default_schedule import VECTOR, default_template_func, generic_schedule, schedule_block
+from .default_schedule import VECTOR, default_template_func, generic_schedule, schedule_block, vectorize_with_tail
 from .epilogue import mark_kernel, narrow_epilogues, schedule_fused
+from .activations import expand_activations
 from .extract import Site, classify, find_sites, merge_sites, resolve_target
+from .reshapes import sink_reshapes
 
 @dataclass(frozen=True)
 class KernelChoice:
@@ -239,7 +243,7 @@ def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_tar
     from tvm import relax, tirx
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    mod = _replace_calls(mod, target, kernels, fuse)
+    mod = expand_activations(sink_reshapes(_replace_calls(mod, target, kernels, fuse)))
     with tvm_target:  # sort, scan (cumsum), sampling: LegalizeOps leaves them to the backend's dispatch passes
         mod = tvm.transform.Sequential(cpu.library_dispatch_passes(tvm_target))(mod)
     mod = tvm.transform.Sequential([
@@ -253,7 +257,8 @@ def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_tar
         if not isinstance(func, tirx.PrimFunc) or int(func.attrs.get("tirx.is_scheduled", 0) or 0):
             continue
         # a kernel and the elementwise ops FuseOps put after it, else any other function
-        fused = schedule_fused(func, lambda sch, blk: schedule_block(sch, blk, lanes))
+        fused = schedule_fused(func, lambda sch, blk: schedule_block(sch, blk, lanes),
+                               lambda sch, loop: vectorize_with_tail(sch, loop, lanes))
         mod[gv], generic[gv.name_hint] = fused or generic_schedule(func, tvm_target, lanes)
     return mod, generic
 

@@ -7,8 +7,9 @@ FuseTIR writes one PrimFunc per group: the kernel's loop nests as scheduled, the
 blocks (`narrow_epilogues` first gives the group int32 copies of the epilogue's functions, as the kernels are).
 `schedule_fused` inlines that chain into the kernel's write-back block (every CPU template copies its
 accumulator out in one; `reverse_compute_inline`), so the output is written once, the epilogue computed on the
-tile just finished, in the write-back's vectors. What cannot be inlined (a reshape, an op reading the kernel's
-output twice, a write-back under a predicate) keeps a generic schedule of its own, inside the same function.
+tile just finished, in the write-back's vectors; a chain that reads the output twice (GELU) is first inlined into
+its last block. What cannot be inlined (a reshape, a write-back under a predicate) keeps a generic schedule of
+its own, inside the same function.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ def _kernel_mark(sch: Any, blk: Any) -> int:
     return int(value) if value is not None else 0
 
 
-def schedule_fused(func: Any, schedule_block: Any) -> tuple[Any, str] | None:
+def schedule_fused(func: Any, schedule_block: Any, vectorize: Any = None) -> tuple[Any, str] | None:
     """(scheduled PrimFunc, how) for a fused kernel + epilogue, None for a function without a kernel's blocks:
-    the epilogue chain reverse-inlined into the write-back block; any block left over scheduled by
-    `schedule_block(sch, blk)`."""
+    the epilogue chain reverse-inlined into the write-back block (whose innermost loop, if the template left it
+    scalar, is then given to `vectorize(sch, loop)`: an epilogue such as GELU is worth vectors where a copy was
+    not); any block left over scheduled by `schedule_block(sch, blk)`."""
     from tvm import s_tir
 
     try:
@@ -68,8 +70,10 @@ def schedule_fused(func: Any, schedule_block: Any) -> tuple[Any, str] | None:
     if not any(_kernel_mark(sch, b) for b in _blocks(sch)):
         return None
     write_backs = [b for b in _blocks(sch) if _kernel_mark(sch, b) == WRITE_BACK]
-    inlined = 0
+    epilogue = sum(not _kernel_mark(sch, b) for b in _blocks(sch))
     if len(write_backs) == 1:
+        blocks = len(_blocks(sch))
+        _inline_intermediates(sch)
         while True:
             consumers = sch.get_consumers(write_backs[0])
             if len(consumers) != 1:
@@ -78,15 +82,40 @@ def schedule_fused(func: Any, schedule_block: Any) -> tuple[Any, str] | None:
                 sch.reverse_compute_inline(consumers[0])
             except Exception:  # noqa: BLE001 - not elementwise on the kernel's output: it keeps its own loops
                 break
-            inlined += 1
+        if len(_blocks(sch)) < blocks:  # an epilogue runs in the write-back (a bare copy stays as tuned)
+            _vectorize_write_back(sch, write_backs[0], vectorize)
     rest = [b for b in _blocks(sch) if not _kernel_mark(sch, b)]
     for blk in rest:
         try:
             schedule_block(sch, blk)
         except Exception:  # noqa: BLE001, S112 - a primitive refused: this block stays serial
             continue
-    how = f"epilogue fused ({inlined} ops)" if not rest else f"epilogue fused ({inlined} ops, {len(rest)} apart)"
+    fused = epilogue - len(rest)
+    how = f"epilogue fused ({fused} ops)" if not rest else f"epilogue fused ({fused} ops, {len(rest)} apart)"
     return sch.mod["main"].with_attr("tirx.is_scheduled", True), how
+
+
+def _vectorize_write_back(sch: Any, write_back: Any, vectorize: Any) -> None:
+    """Give the write-back's innermost loop to `vectorize` when it is a plain serial loop."""
+    from tvm import tirx
+
+    if vectorize is None:
+        return
+    loops = sch.get_loops(write_back)
+    if loops and sch.get(loops[-1]).kind == tirx.ForKind.SERIAL:
+        vectorize(sch, loops[-1])
+
+
+def _inline_intermediates(sch: Any) -> None:
+    """Inline each epilogue block that feeds another one into its consumers (GELU's x * 0.5 * (1 + erf(x / sqrt 2))
+    reads x twice through a chain of blocks: inlined, it is one block the write-back can take)."""
+    blocks = [b for b in _blocks(sch) if not _kernel_mark(sch, b)]
+    for blk in blocks[:-1]:
+        if sch.get_consumers(blk):
+            try:
+                sch.compute_inline(blk)
+            except Exception:  # noqa: BLE001, S110 - not elementwise: it keeps its own loops
+                pass
 
 
 def narrowed_copy(func: Any) -> Any | None:

@@ -1,0 +1,52 @@
+"""Elementwise ops moved above unit-dimension reshapes, so a kernel's epilogue fuses into it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.model.reshapes import operand_shape
+
+torch = pytest.importorskip("torch", reason="the model path needs PyTorch")
+
+
+@pytest.mark.parametrize("shape, before, after, expected", [
+    ((1, 16, 1), (1, 16, 1, 20), (1, 16, 20), (1, 16, 1, 1)),  # conv1d bias after a height-1 conv2d
+    ((20,), (1, 16, 1, 20), (1, 16, 20), (1, 1, 1, 20)),
+    ((1, 16, 20), (1, 16, 1, 20), (1, 16, 20), (1, 16, 1, 20)),  # residual of the full shape
+    ((), (1, 16, 1, 20), (1, 16, 20), ()),  # a scalar
+    ((3072,), (128, 3072), (1, 128, 3072), (1, 3072)),  # a linear layer's bias on [1, T, D]
+    ((1, 1, 3072), (128, 3072), (1, 128, 3072), (1, 3072)),
+    ((16, 5), (1, 16, 1, 20), (1, 16, 20), None),  # does not broadcast against the output
+    ((2, 128, 3072), (128, 3072), (1, 128, 3072), None),  # broadcasts the output over a size-1 dimension
+])
+def test_operand_shape(shape, before, after, expected):
+    assert operand_shape(shape, before, after) == expected
+    if expected is not None:  # f(reshape(x), c) == reshape(f(x, c')) on numbers
+        x = np.random.default_rng(0).standard_normal(before)
+        c = np.random.default_rng(1).standard_normal(shape)
+        np.testing.assert_array_equal((x.reshape(after) + c), (x + c.reshape(expected)).reshape(after))
+
+
+class _LinearGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 48)
+        self.conv = torch.nn.Conv1d(48, 16, 3, padding=1)
+
+    def forward(self, x):  # [1, T, 32]: dense on [T, 32], its bias add and GELU on [1, T, 48]
+        y = torch.nn.functional.gelu(self.fc(x)).transpose(1, 2)
+        return torch.sigmoid(self.conv(y) * 0.5 + y[:, :16])
+
+
+def test_epilogues_after_a_reshape_fuse_into_the_kernel():
+    from autotune.model import build_model, capture
+
+    torch.manual_seed(0)
+    model, x = _LinearGelu().eval(), torch.randn(1, 24, 32)
+    built = build_model(capture(model, (x,)))
+    fused = {name: how for name, how in built.report.generic.items() if "autotune" in name}
+    assert sorted(fused.values()) == ["epilogue fused (4 ops)", "epilogue fused (6 ops)"], built.report.generic
+    assert not [name for name in built.report.generic if "gelu" in name and "autotune" not in name]
+    with torch.no_grad():
+        np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-5)
