@@ -88,6 +88,7 @@ def main() -> None:
     ap.add_argument("--logs", default="benchmarks/work/models")
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
+    ap.add_argument("--section", default="bench_model", help="the RESULTS.md section to write")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
@@ -114,7 +115,7 @@ def main() -> None:
         "| tuning min |"),
         "|---|---|---|---|---|---|---|---|---|",
         *rows, "", "### Extracted tasks", "", *details])
-    report("bench_model", body, write=not args.no_write)
+    report(args.section, body, write=not args.no_write)
 
 
 if __name__ == "__main__":
