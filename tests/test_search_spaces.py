@@ -305,7 +305,7 @@ def test_depthwise_packed_kernel_takes_weight_packed_ahead() -> None:
     packed = template.kernel_inputs(task, cfg, [x, w])[1]
     assert np.array_equal(packed, w.reshape(2, 16, 1, 3, 3).transpose(0, 3, 4, 2, 1))  # [C/16, R, S, 1, 16]
     assert _run(task, sch, template, cfg) is None
-    direct = _config(space, vec_axis="x", tile_c=(4, 8), input_at="inline")
+    direct = _config(space, vec_axis="x", tile_c=(2, 16), input_at="inline")  # a candidate with 8 and 16 lanes
     assert template.relayouts(task, direct) == () and template.kernel(task, direct).script() == \
         template.apply(task, direct).mod.script()
 
