@@ -7,6 +7,7 @@ Each factory returns (module in eval mode, example inputs):
   resnext_blocks      ResNeXt-50 32x4d's stem and first two stages (grouped 3x3, 32 groups), 1x3x224x224
   speech_frontend     wav2vec 2.0's convolutional feature encoder (seven 1-d convolutions) and a Conformer
                       convolution module (pointwise, depthwise k=31, pointwise), 1 s of 16 kHz audio (1x16000)
+  dcgan_generator     DCGAN's generator (transposed convolutions 4x4, stride 2, batch norms), 1x100x1x1 -> 1x3x64x64
 """
 
 from __future__ import annotations
@@ -152,6 +153,16 @@ class SpeechFrontend(nn.Module):
         return self.conformer(self.project(features))
 
 
+def dcgan_generator_module(latent: int = 100, width: int = 64) -> nn.Module:
+    """DCGAN's generator: a 4x4 transposed convolution from the latent vector, then four of stride 2 to 64x64."""
+    layers: list[nn.Module] = []
+    channels = [latent, width * 8, width * 4, width * 2, width]
+    for i, (cin, cout) in enumerate(zip(channels, channels[1:])):
+        layers += [nn.ConvTranspose2d(cin, cout, 4, 1 if i == 0 else 2, 0 if i == 0 else 1, bias=False),
+                   nn.BatchNorm2d(cout), nn.ReLU()]
+    return nn.Sequential(*layers, nn.ConvTranspose2d(width, 3, 4, 2, 1, bias=False), nn.Tanh())
+
+
 def _ready(model: nn.Module) -> nn.Module:
     torch.manual_seed(1)
     for m in model.modules():
@@ -187,5 +198,10 @@ def speech_frontend():
     return _ready(SpeechFrontend()), (torch.randn(1, 16000),)
 
 
+def dcgan_generator():
+    torch.manual_seed(0)
+    return _ready(dcgan_generator_module()), (torch.randn(1, 100, 1, 1),)
+
+
 MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks,
-          "resnext_blocks": resnext_blocks, "speech_frontend": speech_frontend}
+          "resnext_blocks": resnext_blocks, "speech_frontend": speech_frontend, "dcgan_generator": dcgan_generator}

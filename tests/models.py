@@ -85,6 +85,26 @@ class Conv1dBlock(nn.Module):
         return self.column(torch.relu(self.row(torch.cat([y, 2 * y], dim=2))))
 
 
+class UpsampleBlock(nn.Module):
+    """Transposed convolutions: U-Net's 2x2 stride 2, DCGAN's 4x4 stride 2 padding 1, a 3x3 stride 2 with an output
+    padding, a stride (2, 1) one, a 1-d one as in a vocoder (kernel 16, stride 8), and a grouped one (left to
+    TVM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.unet = nn.ConvTranspose2d(8, 8, 2, stride=2)
+        self.dcgan = nn.ConvTranspose2d(8, 6, 4, stride=2, padding=1, bias=False)
+        self.odd = nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1)
+        self.rows = nn.ConvTranspose2d(4, 4, (3, 1), stride=(2, 1), padding=(1, 0))
+        self.grouped = nn.ConvTranspose2d(4, 4, 3, padding=1, groups=2)
+        self.vocoder = nn.ConvTranspose1d(4, 2, 16, stride=8, padding=4)
+
+    def forward(self, x):
+        y = self.rows(self.odd(torch.relu(self.dcgan(torch.relu(self.unet(x))))))
+        y = self.grouped(y)
+        return self.vocoder(y.mean(dim=2))
+
+
 def _init(model: nn.Module, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     for m in model.modules():
@@ -112,3 +132,8 @@ def grouped_block():
 def conv1d_block():
     torch.manual_seed(0)
     return _init(Conv1dBlock(), 1), (torch.randn(1, 8, 40),)
+
+
+def upsample_block():
+    torch.manual_seed(0)
+    return _init(UpsampleBlock(), 1), (torch.randn(1, 8, 3, 5),)

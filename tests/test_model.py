@@ -16,7 +16,7 @@ from autotune.model.cli import add_model_commands
 from autotune.model.scheduler import TaskState, gradient, pick_task
 from autotune.task import make_task
 from tests.conftest import FakeBuilder, SimulatedRunner
-from tests.models import conv1d_block, convnet, grouped_block, tiny_attention
+from tests.models import conv1d_block, convnet, grouped_block, tiny_attention, upsample_block
 
 CONVNET = "tests/models.py:convnet"
 
@@ -182,6 +182,47 @@ def test_conv1d_and_one_axis_padding_are_tasks_and_build_right():
     assert all(how.startswith("epilogue fused") and "apart" not in how for how in epilogues.values()), epilogues
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_transposed_convolutions_are_conv2d_tasks_and_build_right():
+    """A transposed convolution is a conv2d over its input with one output channel per (channel, phase), shuffled
+    and cropped: U-Net's 2x2 stride 2 is a 1x1 conv2d of 4x the channels, DCGAN's 4x4 stride 2 a 2x2 one; the
+    grouped one is left to TVM, with its reason."""
+    model, inputs = upsample_block()
+    cap = capture(model, inputs)
+    assert _summary(extract_tasks(cap)) == sorted([
+        _expect("conv2d", 1, C=8, H=3, W=5, K=32, R=1, S=1),
+        _expect("conv2d", 1, C=8, H=6, W=10, K=24, R=2, S=2, padding=1),
+        _expect("conv2d", 1, C=6, H=12, W=20, K=16, R=2, S=2, padding=1),  # the output padding's row: padding 1
+        _expect("conv2d", 1, C=4, H=25, W=40, K=8, R=2, S=1),  # padded (1, 0, 0, 0) by a pad
+        _expect("conv2d", 1, C=4, H=1, W=42, K=16, R=1, S=2),  # 1-d, stride 8: padded (0, 0, 1, 1)
+    ])
+    built = build_model(cap)
+    assert [s.split(":")[1].strip() for s in built.report.skipped] == ["groups 2 / dilation (1, 1) (only 1)"]
+    with torch.no_grad():
+        np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_transposed_weight_computes_conv_transpose():
+    """Each (stride, kernel, padding) of conv_transpose2d equals the conv2d of `transposed_weight`, shuffled and
+    cropped, on numbers."""
+    from autotune.model.extract import transposed_weight
+
+    rng = np.random.default_rng(0)
+    for stride, kernel, padding in [((2, 2), (2, 2), (0, 0)), ((2, 2), (4, 4), (1, 1)), ((3, 2), (5, 3), (2, 1)),
+                                    ((1, 1), (3, 3), (1, 1)), ((2, 2), (1, 1), (0, 0))]:
+        x = torch.from_numpy(rng.standard_normal((1, 3, 5, 6)).astype("float32"))
+        w = rng.standard_normal((3, 2, *kernel)).astype("float32")
+        ref = torch.nn.functional.conv_transpose2d(x, torch.from_numpy(w), stride=stride, padding=padding)
+        v = torch.from_numpy(transposed_weight(w, stride))
+        rs, ss = v.shape[2:]
+        phases = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (ss - 1, 4, rs - 1, 4)), v)
+        n, k, h, wd = phases.shape
+        shuffled = phases.reshape(n, 2, *stride, h, wd).permute(0, 1, 4, 2, 5, 3).reshape(n, 2, h * stride[0],
+                                                                                        wd * stride[1])
+        top, left = padding
+        got = shuffled[:, :, top:top + ref.shape[2], left:left + ref.shape[3]]
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("which", ["conv", "attn"])

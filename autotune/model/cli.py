@@ -66,7 +66,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     else:
         tasks = extract_tasks(args.model, target=args.target)
     if not tasks:
-        print("no tunable operator (conv1d/conv2d, grouped or depthwise, matmul) found")
+        print("no tunable operator (convolution: 1-d, 2-d, grouped, depthwise, transposed; matmul) found")
         return 1
     total = sum(t.flops * w for t, w in tasks)
     print(f"{len(tasks)} tasks, {sum(w for _, w in tasks)} calls, {total / 1e9:.3f} GFLOP per inference")

@@ -9,6 +9,9 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.nn.conv1d NCW/OIW                           -> the same tasks with H = R = 1 (data [N,C,W] seen as [N,C,1,W])
   A convolution whose padding differs between sides or axes (a 1-d one's always pads W only) gets its data
   zero-padded by an R.nn.pad before the kernel, and a task with padding 0.
+  R.nn.conv2d_transpose / conv1d_transpose (IOHW / IOW, groups 1, undilated, constant weight) -> conv2d over the
+                                                   input, one output channel per (channel, output phase), then a
+                                                   pixel shuffle and a crop (`transposed_weight`)
   R.matmul [.., M, K] @ permute_dims(W const)   -> dense (a linear layer: its weight W [N, K] is packed once,
                                                    at build time, in the layout the kernel reads)
   R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import AutotuneError
 from ..task import Task, make_task
 from .capture import Captured, ExportFailed, capture
@@ -38,8 +43,11 @@ class Site:
     a_shape: tuple[int, ...]  # task's first operand shape (operand reshaped to it when it differs)
     b_shape: tuple[int, ...]
     out_shape: tuple[int, ...]  # the call's own output shape (task output reshaped back to it)
-    dense_weight: Any = None  # dense: the constant W [N, K] the task takes in place of the call's W^T operand
+    weight: Any = None  # a constant the task takes in place of the call's second operand (dense: W [N, K] for
+    # the call's W^T; a transposed convolution: `transposed_weight` of its kernel)
     pad: tuple[int, ...] = ()  # convolution: (top, bottom, left, right) zeros added to the data before the task
+    shuffle: tuple[int, int, int, int] = ()  # transposed convolution: strides (sh, sw) and crop (top, left) of the
+    # task's output [N, K * sh * sw, H, W] -> [N, K, H * sh, W * sw] -> the call's rows and columns
 
     def unpadded_a_shape(self) -> tuple[int, ...]:
         """The first operand's shape before `pad` (the call's data is reshaped to it)."""
@@ -73,19 +81,27 @@ def _dtype(expr: Any) -> str:
     return str(expr.ty.dtype)
 
 
+def _unsupported(call: Any, shapes: tuple[Any, ...], layouts: tuple[str, str, str]) -> str | None:
+    """Why a convolution call is not a task (a symbolic shape, other layouts, not float32), or None."""
+    a = call.attrs
+    if any(shape is None for shape in shapes):
+        return "dynamic shape"
+    if (a.data_layout, a.kernel_layout, a.out_layout or layouts[2]) != layouts:
+        return f"layout {a.data_layout}/{a.kernel_layout}/{a.out_layout} (only {'/'.join(layouts[:2])})"
+    if {_dtype(call.args[0]), _dtype(call.args[1])} != {"float32"} or str(a.out_dtype) not in ("", "void", "float32"):
+        return "dtype is not float32"
+    return None
+
+
 def _conv_site(call: Any, target: dict) -> Site | Skipped:
     """conv2d, or conv1d as a conv2d of height 1: the task, with an explicit pad for uneven padding."""
     a = call.attrs
     one_d = call.op.name == "relax.nn.conv1d"
     data, weight = _shape(call.args[0]), _shape(call.args[1])
     what = f"{'conv1d' if one_d else 'conv2d'} data={data} weight={weight}"
-    if data is None or weight is None:
-        return Skipped(what, "dynamic shape")
-    layouts = ("NCW", "OIW", "NCW") if one_d else ("NCHW", "OIHW", "NCHW")
-    if (a.data_layout, a.kernel_layout, a.out_layout or layouts[2]) != layouts:
-        return Skipped(what, f"layout {a.data_layout}/{a.kernel_layout}/{a.out_layout} (only {'/'.join(layouts[:2])})")
-    if {_dtype(call.args[0]), _dtype(call.args[1])} != {"float32"} or str(a.out_dtype) not in ("", "void", "float32"):
-        return Skipped(what, "dtype is not float32")
+    why = _unsupported(call, (data, weight), ("NCW", "OIW", "NCW") if one_d else ("NCHW", "OIHW", "NCHW"))
+    if why:
+        return Skipped(what, why)
     strides, padding, dilation = (tuple(int(v) for v in x) for x in (a.strides, a.padding, a.dilation))
     if one_d:  # height 1, a 1-row kernel: the height's stride and dilation do nothing
         data, weight = (*data[:2], 1, data[2]), (*weight[:2], 1, weight[2])
@@ -108,6 +124,68 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
         op, p = "group_conv2d", {**p, "K": k, "groups": groups, "dilation": dilation[0]}
     task = make_task(op, p, target=target)
     return Site(task, (n, c, h, w), weight, _shape(call), pad=pad)
+
+
+def transposed_weight(weight: np.ndarray, strides: tuple[int, int]) -> np.ndarray:
+    """The conv2d kernel [K * sh * sw, C, ceil(R / sh), ceil(S / sw)] that computes a transposed convolution of
+    kernel `weight` [C, K, R, S] and `strides` (sh, sw) as sh * sw output phases of a convolution, stride 1, over
+    its input padded by (ceil(R / sh) - 1, ceil(S / sw) - 1) before: channel (k, a, b) of that convolution at
+    (Q, P) is the transposed one's output at (Q * sh + a, P * sw + b) before its padding is cropped.
+    (Output q = Q * sh + a sums x[Q - t] * w[a + sh * t]; flipped, that is a correlation with
+    v_a[u] = w[a + sh * (R' - 1 - u)], zero past R.)"""
+    sh, sw = strides
+    c, k, r, s = weight.shape
+    rs, ss = -(-r // sh), -(-s // sw)
+    full = np.zeros((c, k, rs * sh, ss * sw), weight.dtype)
+    full[:, :, :r, :s] = weight
+    # full[c, k, a + sh * t, b + sw * t'] -> [k, a, b, c, t, t'], then t flipped
+    phases = full.reshape(c, k, rs, sh, ss, sw).transpose(1, 3, 5, 0, 2, 4)[..., ::-1, ::-1]
+    return np.ascontiguousarray(phases.reshape(k * sh * sw, c, rs, ss))
+
+
+def _constant(expr: Any, lookup: Callable[[Any], Any]) -> Any:
+    from tvm import ir, relax
+
+    value = lookup(expr) if isinstance(expr, relax.Var) else expr
+    return value if isinstance(value, ir.Constant) else None
+
+
+def _conv_transpose_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | Skipped:
+    """A transposed convolution as a conv2d over its input (see `transposed_weight`), shuffled and cropped."""
+    from tvm import relax
+
+    a = call.attrs
+    one_d = call.op.name == "relax.nn.conv1d_transpose"
+    data, weight, out = _shape(call.args[0]), _shape(call.args[1]), _shape(call)
+    what = f"{'conv1d' if one_d else 'conv2d'}_transpose data={data} weight={weight}"
+    why = _unsupported(call, (data, weight, out), ("NCW", "IOW", "NCW") if one_d else ("NCHW", "IOHW", "NCHW"))
+    if why:
+        return Skipped(what, why)
+    if int(a.groups) != 1 or any(int(d) != 1 for d in a.dilation):
+        return Skipped(what, f"groups {int(a.groups)} / dilation {tuple(int(d) for d in a.dilation)} (only 1)")
+    const = _constant(call.args[1], lookup)
+    if const is None:
+        return Skipped(what, "weight is not a constant")
+    strides, padding = tuple(int(v) for v in a.strides), tuple(int(v) for v in a.padding)
+    w = const.value.numpy()
+    if one_d:  # height 1
+        data, w, out = (*data[:2], 1, data[2]), w[:, :, None, :], (*out[:2], 1, out[2])
+        strides, padding = (1, strides[0]), (0, padding[0])
+    n, c, h, wd = data
+    (sh, sw), (top, left) = strides, padding[:2]
+    rs, ss = -(-w.shape[2] // sh), -(-w.shape[3] // sw)
+    extra_h = max(0, -(-(top + out[2]) // sh) - h)  # rows the output's last phase rows need past the input
+    extra_w = max(0, -(-(left + out[3]) // sw) - wd)
+    pads = (rs - 1, extra_h, ss - 1, extra_w)
+    uniform = len(set(pads)) == 1
+    p = {"N": n, "C": c, "H": h, "W": wd, "K": w.shape[1] * sh * sw, "R": rs, "S": ss, "padding": pads[0] if uniform
+         else 0}
+    if not uniform:
+        p["H"], p["W"] = h + pads[0] + pads[1], wd + pads[2] + pads[3]
+    task = make_task("conv2d", p, target=target)
+    return Site(task, (n, c, p["H"], p["W"]), (p["K"], c, rs, ss), _shape(call),
+                weight=relax.const(transposed_weight(w, (sh, sw))), pad=() if uniform else pads,
+                shuffle=(sh, sw, top, left))
 
 
 def constant_weight(expr: Any, lookup: Callable[[Any], Any]) -> Any:
@@ -140,7 +218,7 @@ def _matmul_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site 
         weight = constant_weight(call.args[1], lookup)
         if weight is not None:
             task = make_task("dense", {"batch": m, "in_features": k, "out_features": b[1]}, target=target)
-            return Site(task, (m, k), (b[1], k), out, weight)
+            return Site(task, (m, k), (b[1], k), out, weight=weight)
         task = make_task("matmul", {"M": m, "N": b[1], "K": k}, target=target)
         return Site(task, (m, k), b, out)
     if len(a) == len(b) and a[:-2] == b[:-2]:
@@ -156,6 +234,8 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     name = getattr(call.op, "name", "")
     if name in ("relax.nn.conv2d", "relax.nn.conv1d"):
         return _conv_site(call, target)
+    if name in ("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose"):
+        return _conv_transpose_site(call, target, lookup)
     if name == "relax.matmul":
         return _matmul_site(call, target, lookup)
     return None

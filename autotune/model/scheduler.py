@@ -159,7 +159,8 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
     get_tuner_class(tuner)
     tasks = extract_tasks(model, inputs, target, via=via)
     if not tasks:
-        raise AutotuneError("the model has no tunable operator (conv1d/conv2d, grouped or depthwise, matmul)")
+        raise AutotuneError("the model has no tunable operator "
+                            "(convolution: 1-d, 2-d, grouped, depthwise, transposed; matmul)")
     log = Path(log)
     states = [TaskState(t, w) for t, w in tasks]
     _resume(states, log, runner, runner_options)
