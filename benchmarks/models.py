@@ -8,6 +8,7 @@ Each factory returns (module in eval mode, example inputs):
   speech_frontend     wav2vec 2.0's convolutional feature encoder (seven 1-d convolutions) and a Conformer
                       convolution module (pointwise, depthwise k=31, pointwise), 1 s of 16 kHz audio (1x16000)
   dcgan_generator     DCGAN's generator (transposed convolutions 4x4, stride 2, batch norms), 1x100x1x1 -> 1x3x64x64
+  video_blocks        R3D-18's stem (3x7x7 conv3d) and first stage (two 3x3x3 basic blocks), 8 frames of 56x56
 """
 
 from __future__ import annotations
@@ -163,10 +164,29 @@ def dcgan_generator_module(latent: int = 100, width: int = 64) -> nn.Module:
     return nn.Sequential(*layers, nn.ConvTranspose2d(width, 3, 4, 2, 1, bias=False), nn.Tanh())
 
 
+class BasicBlock3d(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv3d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm3d(channels), nn.ReLU(),
+            nn.Conv3d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm3d(channels))
+
+    def forward(self, x):
+        return torch.relu(self.block(x) + x)
+
+
+def video_blocks_module(width: int = 64) -> nn.Module:
+    """R3D-18's stem and first stage, then pooling and a classifier over 400 classes (Kinetics)."""
+    stem = nn.Sequential(nn.Conv3d(3, width, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False), nn.BatchNorm3d(width),
+                         nn.ReLU())
+    return nn.Sequential(stem, BasicBlock3d(width), BasicBlock3d(width), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
+                         nn.Linear(width, 400))
+
+
 def _ready(model: nn.Module) -> nn.Module:
     torch.manual_seed(1)
     for m in model.modules():
-        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
     return model.eval()
@@ -203,5 +223,11 @@ def dcgan_generator():
     return _ready(dcgan_generator_module()), (torch.randn(1, 100, 1, 1),)
 
 
+def video_blocks():
+    torch.manual_seed(0)
+    return _ready(video_blocks_module()), (torch.randn(1, 3, 8, 56, 56),)
+
+
 MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks,
-          "resnext_blocks": resnext_blocks, "speech_frontend": speech_frontend, "dcgan_generator": dcgan_generator}
+          "resnext_blocks": resnext_blocks, "speech_frontend": speech_frontend, "dcgan_generator": dcgan_generator,
+          "video_blocks": video_blocks}

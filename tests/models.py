@@ -105,10 +105,32 @@ class UpsampleBlock(nn.Module):
         return self.vocoder(y.mean(dim=2))
 
 
+class VideoBlock(nn.Module):
+    """3-d convolutions: 3x3x3 with a batch norm, a (2+1)-d pair (1x3x3 strided over H and W, 3x1x1 over time), a
+    2x2x2 stride 2, a depth-dilated grouped one, a depthwise one and one with an H stride unlike its W stride (left
+    to TVM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.full = nn.Conv3d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm3d(8)
+        self.spatial = nn.Conv3d(8, 8, (1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+        self.temporal = nn.Conv3d(8, 8, (3, 1, 1), padding=(1, 0, 0))
+        self.down = nn.Conv3d(8, 8, 2, stride=2)
+        self.grouped = nn.Conv3d(8, 8, 3, padding=(2, 1, 1), dilation=(2, 1, 1), groups=2)
+        self.depthwise = nn.Conv3d(8, 8, 3, padding=1, groups=8)
+        self.uneven = nn.Conv3d(8, 4, 1, stride=(1, 2, 1))
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.full(x)))
+        y = self.down(torch.relu(self.temporal(self.spatial(y))))
+        return self.uneven(self.depthwise(self.grouped(y)))
+
+
 def _init(model: nn.Module, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     for m in model.modules():
-        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):  # non-trivial running stats, so the bn math is exercised
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):  # non-trivial running stats, so the bn math is exercised
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 1.5)
     return model.eval()
@@ -137,3 +159,8 @@ def conv1d_block():
 def upsample_block():
     torch.manual_seed(0)
     return _init(UpsampleBlock(), 1), (torch.randn(1, 8, 3, 5),)
+
+
+def video_block():
+    torch.manual_seed(0)
+    return _init(VideoBlock(), 1), (torch.randn(1, 3, 6, 10, 10),)

@@ -16,7 +16,7 @@ from autotune.model.cli import add_model_commands
 from autotune.model.scheduler import TaskState, gradient, pick_task
 from autotune.task import make_task
 from tests.conftest import FakeBuilder, SimulatedRunner
-from tests.models import conv1d_block, convnet, grouped_block, tiny_attention, upsample_block
+from tests.models import conv1d_block, convnet, grouped_block, tiny_attention, upsample_block, video_block
 
 CONVNET = "tests/models.py:convnet"
 
@@ -199,6 +199,28 @@ def test_transposed_convolutions_are_conv2d_tasks_and_build_right():
     ])
     built = build_model(cap)
     assert [s.split(":")[1].strip() for s in built.report.skipped] == ["groups 2 / dilation (1, 1) (only 1)"]
+    with torch.no_grad():
+        np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_conv3d_is_a_conv2d_over_depth_slices_and_builds_right():
+    """A 3-d convolution is a conv2d (grouped: group_conv2d) batched over the output's depth slices, with the
+    kernel's depth taps in the channels; its batch norm folds into the weight; H and W strides that differ stay
+    with TVM."""
+    model, inputs = video_block()
+    cap = capture(model, inputs)
+    assert "batch_norm" not in cap.mod.script()
+    assert _summary(extract_tasks(cap)) == sorted([
+        _expect("conv2d", 1, N=6, C=9, H=10, W=10, K=8, R=3, S=3, padding=1),
+        _expect("conv2d", 1, N=6, C=8, H=10, W=10, K=8, R=3, S=3, stride=2, padding=1),
+        _expect("conv2d", 1, N=6, C=24, H=5, W=5, K=8, R=1, S=1),
+        _expect("conv2d", 1, N=3, C=16, H=5, W=5, K=8, R=2, S=2, stride=2),
+        _expect("group_conv2d", 1, N=3, C=24, H=2, W=2, K=8, R=3, S=3, groups=2, padding=1),
+        _expect("group_conv2d", 1, N=3, C=24, H=2, W=2, K=8, R=3, S=3, groups=8, padding=1),
+    ])
+    built = build_model(cap)
+    assert [s.split(":")[1].strip() for s in built.report.skipped] == [
+        "strides (1, 2, 1) / dilation (1, 1, 1) differ over height and width"]
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-5)
 

@@ -217,29 +217,32 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse
             if not isinstance(site, Site):
                 return call
             b = site.weight if site.weight is not None else self._as(call.args[1], site.b_shape)
-            a = self._as(call.args[0], site.unpadded_a_shape())
-            if site.pad:
-                a = self.builder_.emit(relax.op.nn.pad(a, [0, 0, 0, 0, *site.pad]))
+            a = self._as(self._steps(call.args[0], site.data_steps), site.a_shape)
             args = [a,
                     kernels[site.task.key].operand(site.task, 1, b, self.builder_.emit)]
             shape = tuple(int(d) for d in site.task.opdef.output_shape(site.task.shape))
             out = relax.call_tir(self._gvar(site.task), args, relax.TensorType(shape, "float32"))
-            if site.shuffle:
-                out = self._shuffled(self.builder_.emit(out), shape, site)
-                shape = tuple(int(d) for d in self.builder_.normalize(out).ty.shape)
+            if site.out_steps:
+                out = self._steps(self.builder_.emit(out), site.out_steps)
+                shape = tuple(int(d) for d in out.ty.shape)
             if shape != site.out_shape:
                 out = relax.op.reshape(self.builder_.emit(out), site.out_shape)
             return out
 
-        def _shuffled(self, out: Any, shape: tuple[int, ...], site: Site) -> Any:
-            """A transposed convolution's phases [N, K * sh * sw, H, W] as its output [N, K, rows, columns]."""
-            sh, sw, top, left = site.shuffle
-            n, k, h, w = shape
-            rows, cols = (site.out_shape[-2] if len(site.out_shape) == 4 else 1), site.out_shape[-1]
-            x = self.builder_.emit(relax.op.reshape(out, (n, k // (sh * sw), sh, sw, h, w)))
-            x = self.builder_.emit(relax.op.permute_dims(x, [0, 1, 4, 2, 5, 3]))
-            x = self.builder_.emit(relax.op.reshape(x, (n, k // (sh * sw), h * sh, w * sw)))
-            return relax.op.strided_slice(x, axes=[2, 3], begin=[top, left], end=[top + rows, left + cols])
+        def _steps(self, expr: Any, steps: tuple) -> Any:
+            """`expr` through the Relax ops `steps` names (see `extract.Step`), each emitted."""
+            for kind, *args in steps:
+                if kind == "taps":
+                    axis, count, step, stride, length = args
+                    taps = [self.builder_.emit(relax.op.strided_slice(
+                        expr, axes=[axis], begin=[i * step], end=[i * step + (length - 1) * stride + 1],
+                        strides=[stride])) for i in range(count)]
+                    expr = self.builder_.emit(relax.op.stack(taps, axis=axis + 1))
+                    continue
+                op = {"reshape": relax.op.reshape, "pad": relax.op.nn.pad, "permute": relax.op.permute_dims,
+                      "crop": lambda x, axes, begin, end: relax.op.strided_slice(x, axes=axes, begin=begin, end=end)}
+                expr = self.builder_.emit(op[kind](expr, *args))
+            return expr
 
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions_items():

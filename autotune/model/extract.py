@@ -9,6 +9,8 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.nn.conv1d NCW/OIW                           -> the same tasks with H = R = 1 (data [N,C,W] seen as [N,C,1,W])
   A convolution whose padding differs between sides or axes (a 1-d one's always pads W only) gets its data
   zero-padded by an R.nn.pad before the kernel, and a task with padding 0.
+  R.nn.conv3d NCDHW/OIDHW                       -> conv2d / group_conv2d over the output's depth slices (batch
+                                                   N x D'), the kernel's depth taps stacked into the channels
   R.nn.conv2d_transpose / conv1d_transpose (IOHW / IOW, groups 1, undilated, constant weight) -> conv2d over the
                                                    input, one output channel per (channel, output phase), then a
                                                    pixel shuffle and a crop (`transposed_weight`)
@@ -45,17 +47,21 @@ class Site:
     out_shape: tuple[int, ...]  # the call's own output shape (task output reshaped back to it)
     weight: Any = None  # a constant the task takes in place of the call's second operand (dense: W [N, K] for
     # the call's W^T; a transposed convolution: `transposed_weight` of its kernel)
-    pad: tuple[int, ...] = ()  # convolution: (top, bottom, left, right) zeros added to the data before the task
-    shuffle: tuple[int, int, int, int] = ()  # transposed convolution: strides (sh, sw) and crop (top, left) of the
-    # task's output [N, K * sh * sw, H, W] -> [N, K, H * sh, W * sw] -> the call's rows and columns
+    data_steps: tuple[Step, ...] = ()  # the call's data -> the task's first operand (then reshaped to a_shape)
+    out_steps: tuple[Step, ...] = ()  # the task's output -> the call's (then reshaped to out_shape)
 
-    def unpadded_a_shape(self) -> tuple[int, ...]:
-        """The first operand's shape before `pad` (the call's data is reshaped to it)."""
-        if not self.pad:
-            return self.a_shape
-        top, bottom, left, right = self.pad
-        n, c, h, w = self.a_shape
-        return (n, c, h - top - bottom, w - left - right)
+
+# One Relax op on a tensor, as plain data (`autotune.model.build` emits them):
+#   ("reshape", shape)  ("pad", flat before/after widths per axis)  ("permute", axes)
+#   ("crop", axes, begin, end)  strided_slice, step 1
+#   ("taps", axis, count, step, stride, length)  `count` strided slices of `axis` (the i-th from i * step, `length`
+#                                                elements `stride` apart) stacked as a new axis after it
+Step = tuple
+
+
+def _padded(shape: tuple[int, ...], pads: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` after ("pad", pads)."""
+    return tuple(d + pads[2 * i] + pads[2 * i + 1] for i, d in enumerate(shape))
 
 
 @dataclass(frozen=True)
@@ -109,13 +115,14 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
     if len(set(strides)) != 1 or len(set(dilation)) != 1:
         return Skipped(what, f"non-uniform strides {strides} / dilation {dilation}")
     top, left, bottom, right = padding
-    pad = () if len(set(padding)) == 1 else (top, bottom, left, right)
+    steps: tuple[Step, ...] = ()
+    if len(set(padding)) != 1:
+        pads = (0, 0, 0, 0, top, bottom, left, right)
+        steps, data = (("reshape", data), ("pad", pads)), _padded(data, pads)
     n, c, h, w = data
     k, cg, r, s = weight
-    if pad:
-        h, w = h + top + bottom, w + left + right
     groups = int(a.groups)
-    p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": strides[0], "padding": 0 if pad else top}
+    p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": strides[0], "padding": 0 if steps else top}
     if groups == 1:
         op, p = "conv2d", {**p, "K": k, "dilation": dilation[0]}
     elif groups == c and cg == 1 and k == c and dilation[0] == 1:
@@ -123,7 +130,41 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
     else:  # other groups, a channel multiplier, a dilated depthwise convolution
         op, p = "group_conv2d", {**p, "K": k, "groups": groups, "dilation": dilation[0]}
     task = make_task(op, p, target=target)
-    return Site(task, (n, c, h, w), weight, _shape(call), pad=pad)
+    return Site(task, (n, c, h, w), weight, _shape(call), data_steps=steps)
+
+
+def _conv3d_site(call: Any, target: dict) -> Site | Skipped:
+    """conv3d as a conv2d (grouped: group_conv2d) over the output's depth slices, batched: each slice's depth taps
+    of the input are stacked into its channels, [N, C, D, H, W] -> [N * D', C * T, H, W] (kernel [K, C * T, R, S]),
+    and the output [N * D', K, H', W'] is laid back as [N, K, D', H', W']."""
+    a = call.attrs
+    data, weight = _shape(call.args[0]), _shape(call.args[1])
+    what = f"conv3d data={data} weight={weight}"
+    why = _unsupported(call, (data, weight), ("NCDHW", "OIDHW", "NCDHW"))
+    if why:
+        return Skipped(what, why)
+    strides, padding, dilation = (tuple(int(v) for v in x) for x in (a.strides, a.padding, a.dilation))
+    if strides[1] != strides[2] or dilation[1] != dilation[2]:
+        return Skipped(what, f"strides {strides} / dilation {dilation} differ over height and width")
+    front, top, left, back, bottom, right = padding
+    n, c, d, h, w = data
+    k, cg, t, r, s = weight
+    depth = (d + front + back - dilation[0] * (t - 1) - 1) // strides[0] + 1
+    steps: tuple[Step, ...] = (("pad", (0, 0, 0, 0, front, back, 0, 0, 0, 0)),) if front or back else ()
+    steps += (("taps", 2, t, dilation[0], strides[0], depth), ("permute", (0, 2, 1, 3, 4, 5)),
+              ("reshape", (n * depth, c * t, h, w)))
+    plane = (n * depth, c * t, h, w)
+    if len({top, bottom, left, right}) != 1:
+        pads = (0, 0, 0, 0, top, bottom, left, right)
+        steps, plane, top = steps + (("pad", pads),), _padded(plane, pads), 0
+    groups = int(a.groups)
+    p = {"N": plane[0], "C": plane[1], "H": plane[2], "W": plane[3], "K": k, "R": r, "S": s, "stride": strides[1],
+         "padding": top, "dilation": dilation[1]}
+    task = make_task("conv2d", p, target=target) if groups == 1 else make_task(
+        "group_conv2d", {**p, "groups": groups}, target=target)
+    _, _, oh, ow = task.opdef.output_shape(task.shape)
+    back_to_3d = (("reshape", (n, depth, k, oh, ow)), ("permute", (0, 2, 1, 3, 4)))
+    return Site(task, plane, (k, cg * t, r, s), _shape(call), data_steps=steps, out_steps=back_to_3d)
 
 
 def transposed_weight(weight: np.ndarray, strides: tuple[int, int]) -> np.ndarray:
@@ -176,16 +217,18 @@ def _conv_transpose_site(call: Any, target: dict, lookup: Callable[[Any], Any]) 
     rs, ss = -(-w.shape[2] // sh), -(-w.shape[3] // sw)
     extra_h = max(0, -(-(top + out[2]) // sh) - h)  # rows the output's last phase rows need past the input
     extra_w = max(0, -(-(left + out[3]) // sw) - wd)
-    pads = (rs - 1, extra_h, ss - 1, extra_w)
-    uniform = len(set(pads)) == 1
-    p = {"N": n, "C": c, "H": h, "W": wd, "K": w.shape[1] * sh * sw, "R": rs, "S": ss, "padding": pads[0] if uniform
-         else 0}
-    if not uniform:
-        p["H"], p["W"] = h + pads[0] + pads[1], wd + pads[2] + pads[3]
+    pads = (0, 0, 0, 0, rs - 1, extra_h, ss - 1, extra_w)
+    uniform = len(set(pads[4:])) == 1
+    steps: tuple[Step, ...] = () if uniform else (("reshape", data), ("pad", pads))
+    _, _, h, wd = data if uniform else _padded(data, pads)
+    k = w.shape[1]
+    p = {"N": n, "C": c, "H": h, "W": wd, "K": k * sh * sw, "R": rs, "S": ss, "padding": pads[4] if uniform else 0}
     task = make_task("conv2d", p, target=target)
-    return Site(task, (n, c, p["H"], p["W"]), (p["K"], c, rs, ss), _shape(call),
-                weight=relax.const(transposed_weight(w, (sh, sw))), pad=() if uniform else pads,
-                shuffle=(sh, sw, top, left))
+    _, _, ph, pw = task.opdef.output_shape(task.shape)  # phases [N, K * sh * sw, ph, pw]
+    shuffle = (("reshape", (n, k, sh, sw, ph, pw)), ("permute", (0, 1, 4, 2, 5, 3)),
+               ("reshape", (n, k, ph * sh, pw * sw)), ("crop", (2, 3), (top, left), (top + out[2], left + out[3])))
+    return Site(task, (n, c, h, wd), (p["K"], c, rs, ss), _shape(call),
+                weight=relax.const(transposed_weight(w, (sh, sw))), data_steps=steps, out_steps=shuffle)
 
 
 def constant_weight(expr: Any, lookup: Callable[[Any], Any]) -> Any:
@@ -234,6 +277,8 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     name = getattr(call.op, "name", "")
     if name in ("relax.nn.conv2d", "relax.nn.conv1d"):
         return _conv_site(call, target)
+    if name == "relax.nn.conv3d":
+        return _conv3d_site(call, target)
     if name in ("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose"):
         return _conv_transpose_site(call, target, lookup)
     if name == "relax.matmul":

@@ -43,12 +43,13 @@ def _inference_bn(call: Any, bindings: dict[Any, Any]) -> tuple[np.ndarray, np.n
 
 
 def _foldable_conv(expr: Any, bindings: dict[Any, Any], uses: dict[Any, int]) -> Any | None:
-    """The conv2d (conv1d) call bound to `expr` when its weight is constant (OIHW, OIW) and `expr` has no other
-    use."""
+    """The conv1d / conv2d / conv3d call bound to `expr` when its weight is constant (OIW, OIHW, OIDHW) and `expr`
+    has no other use."""
     from tvm import relax
 
     call = bindings.get(expr) if isinstance(expr, relax.Var) and uses.get(expr, 0) == 1 else None
-    layouts = {"relax.nn.conv2d": ("OIHW", "NCHW"), "relax.nn.conv1d": ("OIW", "NCW")}
+    layouts = {"relax.nn.conv2d": ("OIHW", "NCHW"), "relax.nn.conv1d": ("OIW", "NCW"),
+               "relax.nn.conv3d": ("OIDHW", "NCDHW")}
     if not isinstance(call, relax.Call) or getattr(call.op, "name", "") not in layouts:
         return None
     if (call.attrs.kernel_layout, call.attrs.data_layout) != layouts[call.op.name]:
