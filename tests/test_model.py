@@ -471,6 +471,15 @@ def test_cli_extract_and_build(tmp_path, capsys):
         _run(["extract", "tests/models.py:nope"])
 
 
+@pytest.mark.parametrize("flags", [[], ["--compile"]])
+def test_cli_extract_says_which_calls_are_left_to_tvm(flags, capsys):
+    assert _run(["extract", "tests/models.py:upsample_block", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "5 tasks, 5 calls" in out
+    [line] = [line for line in out.splitlines() if "left to TVM" in line]
+    assert "conv2d_transpose data=(1, 4, 47, 40)" in line and line.endswith("groups 2 / dilation (1, 1) (only 1)")
+
+
 def test_generic_schedule_vectorises_by_the_largest_power_of_two_dividing_the_inner_loop():
     from autotune.model.default_schedule import _vector_width
 

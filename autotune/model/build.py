@@ -22,10 +22,10 @@ from ..records import Record, best_record, by_task, load_records
 from ..space import Config
 from ..target import vector_unit
 from ..task import Task
+from .activations import expand_activations
 from .capture import Captured, InputSpec, capture
 from .default_schedule import VECTOR, default_template_func, generic_schedule, schedule_block, vectorize_with_tail
 from .epilogue import mark_kernel, narrow_epilogues, schedule_fused
-from .activations import expand_activations
 from .extract import Site, classify, find_sites, merge_sites, resolve_target
 from .reshapes import sink_reshapes
 
@@ -190,6 +190,9 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse
     from tvm import ir, relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
+    step_ops = {"reshape": relax.op.reshape, "pad": relax.op.nn.pad, "permute": relax.op.permute_dims,
+                "crop": lambda x, axes, begin, end: relax.op.strided_slice(x, axes=axes, begin=begin, end=end)}
+
     @mutator
     class _Rewriter(PyExprMutator):
         def __init__(self, module: Any):
@@ -238,10 +241,8 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse
                         expr, axes=[axis], begin=[i * step], end=[i * step + (length - 1) * stride + 1],
                         strides=[stride])) for i in range(count)]
                     expr = self.builder_.emit(relax.op.stack(taps, axis=axis + 1))
-                    continue
-                op = {"reshape": relax.op.reshape, "pad": relax.op.nn.pad, "permute": relax.op.permute_dims,
-                      "crop": lambda x, axes, begin, end: relax.op.strided_slice(x, axes=axes, begin=begin, end=end)}
-                expr = self.builder_.emit(op[kind](expr, *args))
+                else:
+                    expr = self.builder_.emit(step_ops[kind](expr, *args))
             return expr
 
     rewriter = _Rewriter(mod)

@@ -57,14 +57,17 @@ def _check_logs(paths: list[str]) -> None:
 def cmd_extract(args: argparse.Namespace) -> int:
     from .extract import collect_tasks, extract_tasks
 
+    left: list[str] = []
     if args.compile:
         collected = collect_tasks(args.model, target=args.target)
         print(f"torch.compile captured {collected.graphs} graphs ({collected.calls} graph calls in one run)")
         for s in collected.skipped:
             print(f"  not imported: {s}")
-        tasks = collected.tasks
+        tasks, left = collected.tasks, collected.left
     else:
-        tasks = extract_tasks(args.model, target=args.target)
+        tasks = extract_tasks(args.model, target=args.target, left=left)
+    for line in left:
+        print(f"  left to TVM: {line}")
     if not tasks:
         print("no tunable operator (convolution: 1-d, 2-d, grouped, depthwise, transposed; matmul) found")
         return 1

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,13 @@ Step = tuple
 def _padded(shape: tuple[int, ...], pads: tuple[int, ...]) -> tuple[int, ...]:
     """`shape` after ("pad", pads)."""
     return tuple(d + pads[2 * i] + pads[2 * i + 1] for i, d in enumerate(shape))
+
+
+def _plane_pad(data: tuple[int, ...], pads: tuple[int, ...], lifted: bool) -> tuple[tuple[Step, ...], tuple[int, ...]]:
+    """(steps, shape): [N, C, H, W] `data` zero-padded by (top, bottom, left, right); `lifted`: the call's data is
+    1-d and is first viewed as `data`."""
+    widths = (0, 0, 0, 0, *pads)
+    return ((("reshape", data),) if lifted else ()) + (("pad", widths),), _padded(data, widths)
 
 
 @dataclass(frozen=True)
@@ -117,8 +124,7 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
     top, left, bottom, right = padding
     steps: tuple[Step, ...] = ()
     if len(set(padding)) != 1:
-        pads = (0, 0, 0, 0, top, bottom, left, right)
-        steps, data = (("reshape", data), ("pad", pads)), _padded(data, pads)
+        steps, data = _plane_pad(data, (top, bottom, left, right), one_d)
     n, c, h, w = data
     k, cg, r, s = weight
     groups = int(a.groups)
@@ -155,8 +161,8 @@ def _conv3d_site(call: Any, target: dict) -> Site | Skipped:
               ("reshape", (n * depth, c * t, h, w)))
     plane = (n * depth, c * t, h, w)
     if len({top, bottom, left, right}) != 1:
-        pads = (0, 0, 0, 0, top, bottom, left, right)
-        steps, plane, top = steps + (("pad", pads),), _padded(plane, pads), 0
+        padding_steps, plane = _plane_pad(plane, (top, bottom, left, right), False)
+        steps, top = steps + padding_steps, 0
     groups = int(a.groups)
     p = {"N": plane[0], "C": plane[1], "H": plane[2], "W": plane[3], "K": k, "R": r, "S": s, "stride": strides[1],
          "padding": top, "dilation": dilation[1]}
@@ -217,12 +223,11 @@ def _conv_transpose_site(call: Any, target: dict, lookup: Callable[[Any], Any]) 
     rs, ss = -(-w.shape[2] // sh), -(-w.shape[3] // sw)
     extra_h = max(0, -(-(top + out[2]) // sh) - h)  # rows the output's last phase rows need past the input
     extra_w = max(0, -(-(left + out[3]) // sw) - wd)
-    pads = (0, 0, 0, 0, rs - 1, extra_h, ss - 1, extra_w)
-    uniform = len(set(pads[4:])) == 1
-    steps: tuple[Step, ...] = () if uniform else (("reshape", data), ("pad", pads))
-    _, _, h, wd = data if uniform else _padded(data, pads)
+    pads = (rs - 1, extra_h, ss - 1, extra_w)
+    uniform = len(set(pads)) == 1
+    steps, (_, _, h, wd) = ((), data) if uniform else _plane_pad(data, pads, one_d)
     k = w.shape[1]
-    p = {"N": n, "C": c, "H": h, "W": wd, "K": k * sh * sw, "R": rs, "S": ss, "padding": pads[4] if uniform else 0}
+    p = {"N": n, "C": c, "H": h, "W": wd, "K": k * sh * sw, "R": rs, "S": ss, "padding": pads[0] if uniform else 0}
     task = make_task("conv2d", p, target=target)
     _, _, ph, pw = task.opdef.output_shape(task.shape)  # phases [N, K * sh * sw, ph, pw]
     shuffle = (("reshape", (n, k, sh, sw, ph, pw)), ("permute", (0, 1, 4, 2, 5, 3)),
@@ -338,18 +343,19 @@ def resolve_target(target: str | dict) -> dict:
 
 
 def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
-                  via: str = "auto") -> list[tuple[Task, int]]:
+                  via: str = "auto", left: list[str] | None = None) -> list[tuple[Task, int]]:
     """Tunable tasks of a model (reference, module or Captured) with their call counts.
 
     via: "export" (torch.export, the whole program), "compile" (every graph torch.compile captures,
     for programs torch.export cannot take whole), or "auto" (export, else compile).
+    left: if given, gets a line ("what: why") per call of a tunable kind that is left to TVM.
     """
     if via not in ("export", "compile", "auto"):
         raise AutotuneError(f"via must be export, compile or auto, not {via!r}")
     if isinstance(model, Captured):
         captured = model
     elif via == "compile":
-        return collect_tasks(model, inputs, target).tasks
+        return _collected_tasks(collect_tasks(model, inputs, target), left)
     else:
         try:
             captured = capture(model, inputs)
@@ -357,9 +363,17 @@ def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
             if via == "export":
                 raise
             print(f"{err}; extracting the graphs torch.compile captures instead", file=sys.stderr)
-            return collect_tasks(model, inputs, target).tasks
-    sites, _ = find_sites(captured.mod, resolve_target(target))
+            return _collected_tasks(collect_tasks(model, inputs, target), left)
+    sites, skipped = find_sites(captured.mod, resolve_target(target))
+    if left is not None:
+        left.extend(f"{s.what}: {s.reason}" for s in skipped)
     return merge_sites(sites)
+
+
+def _collected_tasks(collected: Collected, left: list[str] | None) -> list[tuple[Task, int]]:
+    if left is not None:
+        left.extend(collected.left)
+    return collected.tasks
 
 
 @dataclass
@@ -370,6 +384,7 @@ class Collected:
     graphs: int  # graphs Dynamo handed over
     calls: int  # graph calls during the run
     skipped: list[str]  # graphs whose tasks are unknown, and why
+    left: list[str] = field(default_factory=list)  # calls of tunable kinds left to TVM, and why (once per graph)
 
 
 def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -> Collected:
@@ -405,7 +420,8 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
                     exported = export_graph(gm, args, static)
                     captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
                                            decomposed=True)
-                    by_key[key] = find_sites(captured.mod, tgt)[0]
+                    by_key[key], skipped = find_sites(captured.mod, tgt)
+                    out.left.extend(f"{label}: {s.what}: {s.reason}" for s in skipped)
                 except Refused as why:
                     out.skipped.append(f"{label}: {why.reason}")
                 except AutotuneError as err:
