@@ -75,3 +75,54 @@ def test_odd_widths_get_whole_vectors_and_a_scalar_tail(width, vectorised):
     out = tvm.runtime.tensor(np.zeros((8, width), "float32"))
     lib["main"](tvm.runtime.tensor(a), out)
     np.testing.assert_allclose(out.numpy(), a * 2.0 + 1.0, rtol=1e-6)
+
+
+def _normalisation(kind: str, shape: tuple[int, ...]):
+    """The fused PrimFunc of a softmax or a layer norm + GELU over the last axis, as a model build lowers it."""
+    import tvm
+    from tvm import relax
+
+    from autotune.model.activations import expand_activations
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            if kind == "softmax":
+                y = bb.emit(relax.op.nn.softmax(x, axis=-1))
+            else:
+                ones = relax.const(np.ones(shape[-1], "float32"))
+                y = bb.emit(relax.op.nn.gelu(bb.emit(relax.op.nn.layer_norm(x, ones, ones, axes=[-1]))))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    mod = tvm.transform.Sequential([
+        relax.transform.FastMathTransform(), relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()])(expand_activations(
+            bb.get()))
+    [func] = [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    return func
+
+
+@pytest.mark.parametrize("kind, shape, how", [
+    ("softmax", (4, 19, 19), "dlight-reduction"),  # odd rows, but DLight computes each row's exp once
+    ("softmax", (4, 32, 32), "dlight-reduction"),
+    ("layer_norm", (5, 77), "generic"),  # odd rows: whole vectors and a scalar tail
+    ("layer_norm", (5, 64), "dlight-reduction"),
+])
+def test_odd_rows_of_a_norm_leave_dlight_softmax_does_not(kind, shape, how):
+    import tvm
+
+    from autotune.model.default_schedule import generic_schedule
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    func, used = generic_schedule(_normalisation(kind, shape), target, 16)
+    assert used == how
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target="llvm")
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    out = tvm.runtime.tensor(np.zeros(shape, "float32"))
+    params = [tvm.runtime.tensor(x)] + [tvm.runtime.tensor(np.ones(shape[-1], "float32"))] * (len(func.params) - 2)
+    lib["main"](*params, out)
+    t = torch.from_numpy(x)
+    ref = torch.softmax(t, -1) if kind == "softmax" else torch.nn.functional.gelu(  # gamma and beta: ones
+        torch.nn.functional.layer_norm(t, shape[-1:]) + 1.0)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
