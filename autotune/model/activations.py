@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .rewrite import visit_functions
+
 EXPANDED = ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.sigmoid", "relax.nn.silu")
 
 
@@ -57,8 +59,4 @@ def expand_activations(mod: Any) -> Any:
             half_x = self._emit(op.multiply(x, c(0.5)))
             return op.multiply(half_x, self._emit(op.add(c(1.0), inner)))
 
-    expander = _Expander(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            expander.builder_.update_func(gv, expander.visit_expr(func))
-    return expander.builder_.get()
+    return visit_functions(_Expander(mod))

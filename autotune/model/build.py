@@ -28,6 +28,7 @@ from .default_schedule import VECTOR, default_template_func, generic_schedule, s
 from .epilogue import mark_kernel, narrow_epilogues, schedule_fused
 from .extract import Site, classify, find_sites, merge_sites, resolve_target
 from .reshapes import sink_reshapes
+from .rewrite import visit_functions
 
 @dataclass(frozen=True)
 class KernelChoice:
@@ -245,11 +246,7 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse
                     expr = self.builder_.emit(step_ops[kind](expr, *args))
             return expr
 
-    rewriter = _Rewriter(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
+    return visit_functions(_Rewriter(mod))
 
 
 def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_target: Any,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .rewrite import visit_functions
+
 # Relax ops applied element by element (with numpy broadcasting): f(reshape(x)) == reshape(f(x))
 ELEMENTWISE = frozenset(
     f"relax.{name}" for name in (
@@ -106,8 +108,4 @@ def sink_reshapes(mod: Any) -> Any:
                 return relax.op.reshape(inner, after)
             return call
 
-    sinker = _Sinker(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            sinker.builder_.update_func(gv, sinker.visit_expr(func))
-    return sinker.builder_.get()
+    return visit_functions(_Sinker(mod))
