@@ -130,37 +130,38 @@ class VideoBlock(nn.Module):
 def _init(model: nn.Module, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     for m in model.modules():
-        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):  # non-trivial running stats, so the bn math is exercised
+        # non-trivial running stats, so the bn math is exercised
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 1.5)
     return model.eval()
 
 
-def convnet():
+def _example(make, *shape: int):
+    """(module in eval mode with its batch norms' statistics drawn, one input of `shape`), seeded."""
     torch.manual_seed(0)
-    return _init(ConvNet(), 1), (torch.randn(1, 3, 16, 16),)
+    return _init(make(), 1), (torch.randn(*shape),)
+
+
+def convnet():
+    return _example(ConvNet, 1, 3, 16, 16)
 
 
 def tiny_attention():
-    torch.manual_seed(0)
-    return _init(TinyAttention(), 1), (torch.randn(1, 16, 32),)
+    return _example(TinyAttention, 1, 16, 32)
 
 
 def grouped_block():
-    torch.manual_seed(0)
-    return _init(GroupedBlock(), 1), (torch.randn(1, 16, 12, 12),)
+    return _example(GroupedBlock, 1, 16, 12, 12)
 
 
 def conv1d_block():
-    torch.manual_seed(0)
-    return _init(Conv1dBlock(), 1), (torch.randn(1, 8, 40),)
+    return _example(Conv1dBlock, 1, 8, 40)
 
 
 def upsample_block():
-    torch.manual_seed(0)
-    return _init(UpsampleBlock(), 1), (torch.randn(1, 8, 3, 5),)
+    return _example(UpsampleBlock, 1, 8, 3, 5)
 
 
 def video_block():
-    torch.manual_seed(0)
-    return _init(VideoBlock(), 1), (torch.randn(1, 3, 6, 10, 10),)
+    return _example(VideoBlock, 1, 3, 6, 10, 10)

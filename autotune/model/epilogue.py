@@ -72,7 +72,6 @@ def schedule_fused(func: Any, schedule_block: Any, vectorize: Any = None) -> tup
     write_backs = [b for b in _blocks(sch) if _kernel_mark(sch, b) == WRITE_BACK]
     epilogue = sum(not _kernel_mark(sch, b) for b in _blocks(sch))
     if len(write_backs) == 1:
-        blocks = len(_blocks(sch))
         _inline_intermediates(sch)
         while True:
             consumers = sch.get_consumers(write_backs[0])
@@ -82,9 +81,9 @@ def schedule_fused(func: Any, schedule_block: Any, vectorize: Any = None) -> tup
                 sch.reverse_compute_inline(consumers[0])
             except Exception:  # noqa: BLE001 - not elementwise on the kernel's output: it keeps its own loops
                 break
-        if len(_blocks(sch)) < blocks:  # an epilogue runs in the write-back (a bare copy stays as tuned)
-            _vectorize_write_back(sch, write_backs[0], vectorize)
     rest = [b for b in _blocks(sch) if not _kernel_mark(sch, b)]
+    if len(write_backs) == 1 and len(rest) < epilogue:  # an epilogue runs in the write-back (a copy stays as tuned)
+        _vectorize_write_back(sch, write_backs[0], vectorize)
     for blk in rest:
         try:
             schedule_block(sch, blk)
