@@ -186,8 +186,9 @@ def test_conv1d_and_one_axis_padding_are_tasks_and_build_right():
 
 def test_transposed_convolutions_are_conv2d_tasks_and_build_right():
     """A transposed convolution is a conv2d over its input with one output channel per (channel, phase), shuffled
-    and cropped: U-Net's 2x2 stride 2 is a 1x1 conv2d of 4x the channels, DCGAN's 4x4 stride 2 a 2x2 one; the
-    grouped one is left to TVM, with its reason."""
+    and cropped: U-Net's 2x2 stride 2 is a 1x1 conv2d of 4x the channels, DCGAN's 4x4 stride 2 a 2x2 one; a
+    grouped one a group_conv2d (FCN's depthwise upsampling: 4 outputs per channel), a depthwise one of stride 1 a
+    depthwise_conv2d; the dilated one is left to TVM, with its reason."""
     model, inputs = upsample_block()
     cap = capture(model, inputs)
     assert _summary(extract_tasks(cap)) == sorted([
@@ -195,10 +196,13 @@ def test_transposed_convolutions_are_conv2d_tasks_and_build_right():
         _expect("conv2d", 1, C=8, H=6, W=10, K=24, R=2, S=2, padding=1),
         _expect("conv2d", 1, C=6, H=12, W=20, K=16, R=2, S=2, padding=1),  # the output padding's row: padding 1
         _expect("conv2d", 1, C=4, H=25, W=40, K=8, R=2, S=1),  # padded (1, 0, 0, 0) by a pad
-        _expect("conv2d", 1, C=4, H=1, W=42, K=16, R=1, S=2),  # 1-d, stride 8: padded (0, 0, 1, 1)
+        _expect("group_conv2d", 1, C=4, H=50, W=43, K=4, R=3, S=3, groups=2),  # padded (2, 1, 2, 1)
+        _expect("group_conv2d", 1, C=4, H=47, W=40, K=16, R=2, S=2, groups=4, padding=1),
+        _expect("depthwise_conv2d", 1, C=4, H=97, W=83, R=3, S=3),
+        _expect("conv2d", 1, C=4, H=1, W=82, K=16, R=1, S=2),  # 1-d, stride 8: padded (0, 0, 1, 1)
     ])
     built = build_model(cap)
-    assert [s.split(":")[1].strip() for s in built.report.skipped] == ["groups 2 / dilation (1, 1) (only 1)"]
+    assert [s.split(":")[1].strip() for s in built.report.skipped] == ["dilation (2, 2) (only 1)"]
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-5)
 
@@ -231,16 +235,19 @@ def test_transposed_weight_computes_conv_transpose():
     from autotune.model.extract import transposed_weight
 
     rng = np.random.default_rng(0)
-    for stride, kernel, padding in [((2, 2), (2, 2), (0, 0)), ((2, 2), (4, 4), (1, 1)), ((3, 2), (5, 3), (2, 1)),
-                                    ((1, 1), (3, 3), (1, 1)), ((2, 2), (1, 1), (0, 0))]:
-        x = torch.from_numpy(rng.standard_normal((1, 3, 5, 6)).astype("float32"))
-        w = rng.standard_normal((3, 2, *kernel)).astype("float32")
-        ref = torch.nn.functional.conv_transpose2d(x, torch.from_numpy(w), stride=stride, padding=padding)
-        v = torch.from_numpy(transposed_weight(w, stride))
+    for stride, kernel, padding, groups in [((2, 2), (2, 2), (0, 0), 1), ((2, 2), (4, 4), (1, 1), 1),
+                                            ((3, 2), (5, 3), (2, 1), 1), ((1, 1), (3, 3), (1, 1), 1),
+                                            ((2, 2), (1, 1), (0, 0), 1), ((2, 2), (4, 4), (1, 1), 2),
+                                            ((2, 1), (3, 3), (1, 1), 6)]:
+        x = torch.from_numpy(rng.standard_normal((1, 6, 5, 6)).astype("float32"))
+        w = rng.standard_normal((6, 6 // groups, *kernel)).astype("float32")
+        ref = torch.nn.functional.conv_transpose2d(x, torch.from_numpy(w), stride=stride, padding=padding,
+                                                   groups=groups)
+        v = torch.from_numpy(transposed_weight(w, stride, groups))
         rs, ss = v.shape[2:]
-        phases = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (ss - 1, 4, rs - 1, 4)), v)
+        phases = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (ss - 1, 4, rs - 1, 4)), v, groups=groups)
         n, k, h, wd = phases.shape
-        shuffled = phases.reshape(n, 2, *stride, h, wd).permute(0, 1, 4, 2, 5, 3).reshape(n, 2, h * stride[0],
+        shuffled = phases.reshape(n, 6, *stride, h, wd).permute(0, 1, 4, 2, 5, 3).reshape(n, 6, h * stride[0],
                                                                                         wd * stride[1])
         top, left = padding
         got = shuffled[:, :, top:top + ref.shape[2], left:left + ref.shape[3]]
@@ -475,9 +482,9 @@ def test_cli_extract_and_build(tmp_path, capsys):
 def test_cli_extract_says_which_calls_are_left_to_tvm(flags, capsys):
     assert _run(["extract", "tests/models.py:upsample_block", *flags]) == 0
     out = capsys.readouterr().out
-    assert "5 tasks, 5 calls" in out
+    assert "8 tasks, 8 calls" in out
     [line] = [line for line in out.splitlines() if "left to TVM" in line]
-    assert "conv2d_transpose data=(1, 4, 47, 40)" in line and line.endswith("groups 2 / dilation (1, 1) (only 1)")
+    assert "conv2d_transpose data=(1, 4, 94, 80)" in line and line.endswith("dilation (2, 2) (only 1)")
 
 
 def test_generic_schedule_vectorises_by_the_largest_power_of_two_dividing_the_inner_loop():

@@ -11,9 +11,9 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
   zero-padded by an R.nn.pad before the kernel, and a task with padding 0.
   R.nn.conv3d NCDHW/OIDHW                       -> conv2d / group_conv2d over the output's depth slices (batch
                                                    N x D'), the kernel's depth taps stacked into the channels
-  R.nn.conv2d_transpose / conv1d_transpose (IOHW / IOW, groups 1, undilated, constant weight) -> conv2d over the
-                                                   input, one output channel per (channel, output phase), then a
-                                                   pixel shuffle and a crop (`transposed_weight`)
+  R.nn.conv2d_transpose / conv1d_transpose (IOHW / IOW, undilated, constant weight) -> conv2d (grouped:
+                                                   group_conv2d) over the input, one output channel per (channel,
+                                                   output phase), then a pixel shuffle and a crop (`transposed_weight`)
   R.matmul [.., M, K] @ permute_dims(W const)   -> dense (a linear layer: its weight W [N, K] is packed once,
                                                    at build time, in the layout the kernel reads)
   R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
@@ -173,13 +173,17 @@ def _conv3d_site(call: Any, target: dict) -> Site | Skipped:
     return Site(task, plane, (k, cg * t, r, s), _shape(call), data_steps=steps, out_steps=back_to_3d)
 
 
-def transposed_weight(weight: np.ndarray, strides: tuple[int, int]) -> np.ndarray:
+def transposed_weight(weight: np.ndarray, strides: tuple[int, int], groups: int = 1) -> np.ndarray:
     """The conv2d kernel [K * sh * sw, C, ceil(R / sh), ceil(S / sw)] that computes a transposed convolution of
     kernel `weight` [C, K, R, S] and `strides` (sh, sw) as sh * sw output phases of a convolution, stride 1, over
     its input padded by (ceil(R / sh) - 1, ceil(S / sw) - 1) before: channel (k, a, b) of that convolution at
     (Q, P) is the transposed one's output at (Q * sh + a, P * sw + b) before its padding is cropped.
     (Output q = Q * sh + a sums x[Q - t] * w[a + sh * t]; flipped, that is a correlation with
-    v_a[u] = w[a + sh * (R' - 1 - u)], zero past R.)"""
+    v_a[u] = w[a + sh * (R' - 1 - u)], zero past R.)
+    Grouped ([C, K / groups, R, S]): each group's kernel so, one after the other, [K * sh * sw, C / groups, ..] of
+    a grouped convolution whose channel (k, a, b) is in group k // (K / groups), as the transposed one's k is."""
+    if groups > 1:
+        return np.concatenate([transposed_weight(part, strides) for part in np.split(weight, groups)])
     sh, sw = strides
     c, k, r, s = weight.shape
     rs, ss = -(-r // sh), -(-s // sw)
@@ -208,8 +212,8 @@ def _conv_transpose_site(call: Any, target: dict, lookup: Callable[[Any], Any]) 
     why = _unsupported(call, (data, weight, out), ("NCW", "IOW", "NCW") if one_d else ("NCHW", "IOHW", "NCHW"))
     if why:
         return Skipped(what, why)
-    if int(a.groups) != 1 or any(int(d) != 1 for d in a.dilation):
-        return Skipped(what, f"groups {int(a.groups)} / dilation {tuple(int(d) for d in a.dilation)} (only 1)")
+    if any(int(d) != 1 for d in a.dilation):
+        return Skipped(what, f"dilation {tuple(int(d) for d in a.dilation)} (only 1)")
     const = _constant(call.args[1], lookup)
     if const is None:
         return Skipped(what, "weight is not a constant")
@@ -226,14 +230,20 @@ def _conv_transpose_site(call: Any, target: dict, lookup: Callable[[Any], Any]) 
     pads = (rs - 1, extra_h, ss - 1, extra_w)
     uniform = len(set(pads)) == 1
     steps, (_, _, h, wd) = ((), data) if uniform else _plane_pad(data, pads, one_d)
-    k = w.shape[1]
+    groups = int(a.groups)
+    k = w.shape[1] * groups
     p = {"N": n, "C": c, "H": h, "W": wd, "K": k * sh * sw, "R": rs, "S": ss, "padding": pads[0] if uniform else 0}
-    task = make_task("conv2d", p, target=target)
+    if groups == 1:
+        task = make_task("conv2d", p, target=target)
+    elif groups == c == p["K"]:  # depthwise, stride 1
+        task = make_task("depthwise_conv2d", {key: v for key, v in p.items() if key != "K"}, target=target)
+    else:  # a depthwise upsampling (FCN's bilinear one) has sh * sw outputs per channel: grouped
+        task = make_task("group_conv2d", {**p, "groups": groups}, target=target)
     _, _, ph, pw = task.opdef.output_shape(task.shape)  # phases [N, K * sh * sw, ph, pw]
     shuffle = (("reshape", (n, k, sh, sw, ph, pw)), ("permute", (0, 1, 4, 2, 5, 3)),
                ("reshape", (n, k, ph * sh, pw * sw)), ("crop", (2, 3), (top, left), (top + out[2], left + out[3])))
-    return Site(task, (n, c, h, wd), (p["K"], c, rs, ss), _shape(call),
-                weight=relax.const(transposed_weight(w, (sh, sw))), data_steps=steps, out_steps=shuffle)
+    return Site(task, (n, c, h, wd), (p["K"], c // groups, rs, ss), _shape(call),
+                weight=relax.const(transposed_weight(w, (sh, sw), groups)), data_steps=steps, out_steps=shuffle)
 
 
 def constant_weight(expr: Any, lookup: Callable[[Any], Any]) -> Any:
