@@ -54,3 +54,36 @@ def test_fast_math_activations_match_torch():
     x = torch.randn(4, 16, 32) * 3
     built = build_model(model, inputs=(x,))
     np.testing.assert_allclose(built(x), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)  # fp32 sums of the linears
+
+
+class _Masks(torch.nn.Module):
+    """What TVM 0.27 imported or compiled wrong: a select from the end (read before the tensor), a cumsum of bools
+    (kept bool), comparisons and arithmetic of two bool tensors (not compiled)."""
+
+    def forward(self, x):
+        a, b = x[..., 0] > 0, x[..., 1] > 0
+        return (x[:, :, -1, :] * 2, torch.cumsum(a, dim=1), a == b, a != b, a < b, torch.maximum(a, b), a + b,
+                a * b)
+
+
+@pytest.mark.parametrize("path", ["export", "compile"])
+def test_importer_mismatches_are_mended(path):
+    import warnings
+
+    import autotune.torch_backend as tb
+
+    model = _Masks().eval()
+    x = torch.randn(1, 6, 4, 8)
+    want = [t.numpy() for t in model(x)]
+    if path == "export":
+        got = build_model(model, inputs=(x,))(x)
+    else:
+        torch._dynamo.reset()
+        tb.clear_cache()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tb.AutotuneFallbackWarning)  # the graph must run on TVM
+            got = [t.numpy() for t in torch.compile(model, backend="autotune")(x)]
+        torch._dynamo.reset()
+    assert [g.dtype for g in got] == [w.dtype for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

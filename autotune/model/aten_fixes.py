@@ -3,7 +3,9 @@
 Each fix keeps PyTorch's semantics exactly; the backend still checks every build against eager.
   - decompositions for fused fast-path kernels Dynamo captures in eval mode (no TVM importer);
   - torch.cat skips 1-d empty tensors (an empty KV cache), TVM's concat rejects them;
-  - cumsum of bool/int tensors returns int64 in PyTorch, TVM keeps the input dtype.
+  - cumsum of bool/int tensors returns int64 in PyTorch, TVM keeps the input dtype;
+  - select with a negative index (Falcon's `qkv[..., -1, :]`) counts from the end in PyTorch, TVM imports it as a
+    `take` in "fast" mode, which reads before the tensor's start.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def fix_graph(gm: torch.fx.GraphModule) -> None:
             _drop_empty_cat_inputs(node)
         elif node.target is aten.cumsum.default:
             _cumsum_result_dtype(node)
+        elif node.target is aten.select.int:
+            _select_from_start(node)
     gm.graph.eliminate_dead_code()
     gm.recompile()
 
@@ -85,3 +89,10 @@ def _cumsum_result_dtype(node: torch.fx.Node) -> None:
     if isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and out.dtype != inp.dtype \
             and "dtype" not in node.kwargs:
         node.kwargs = {**node.kwargs, "dtype": out.dtype}
+
+
+def _select_from_start(node: torch.fx.Node) -> None:
+    data, dim, index = node.args
+    shape = getattr(_val(data), "shape", None)
+    if isinstance(index, int) and index < 0 and shape is not None and isinstance(shape[dim], int):
+        node.args = (data, dim, index + shape[dim])

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AutotuneError
+from .bool_ops import compute_bools_as_int8
 from .fold import fold_batch_norms
 
 
@@ -140,9 +141,20 @@ def export_program(model: Any, inputs: Sequence[Any] | None = None) -> tuple[Any
 
 
 def capture(model: Any, inputs: Sequence[Any] | None = None) -> Captured:
-    """Export the model and import it into Relax, weights embedded as constants."""
+    """Export the model and import it into Relax, weights embedded as constants (decomposed to core ATen and
+    mended where TVM's importer disagrees with PyTorch, as the torch.compile path does: `aten_fixes`)."""
+    from .aten_fixes import decompositions, fix_graph
+
     program, example, name = export_program(model, inputs)
-    return import_program(program, example, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            program = program.run_decompositions(decompositions())
+        except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
+            raise AutotuneError(f"cannot decompose {name}: {type(err).__name__}: "
+                                f"{str(err).splitlines()[0] if str(err) else ''}") from None
+    fix_graph(program.graph_module)
+    return import_program(program, example, name, decomposed=True)
 
 
 def import_program(program: Any, example: Sequence[Any], name: str, decomposed: bool = False) -> Captured:
@@ -159,7 +171,7 @@ def import_program(program: Any, example: Sequence[Any], name: str, decomposed: 
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
             raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
-    mod = fold_batch_norms(mod)
+    mod = compute_bools_as_int8(fold_batch_norms(mod))
     params = mod["main"].params
     specs = tuple(InputSpec(p.name, tuple(int(d) for d in p.ty.shape), str(p.ty.dtype)) for p in params)
     arrays = [np.ascontiguousarray(x.detach().cpu().numpy()) for x in example]
