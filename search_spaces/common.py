@@ -36,13 +36,14 @@ def tile_knob(name: str, extent: int, parts: int, inner_max: int, lanes: int = 0
     With `lanes` (a vector tile), innermost factors that are whole vectors (multiples of `lanes`)
     are kept when the extent has any (else every bounded factor), plus those <= `also_rows` (for
     variants that use the axis as unrolled rows instead); `tile_max` bounds the product of the
-    inner factors. With `pad` as well, every whole-vector innermost factor is offered: one that does
-    not divide the extent splits it rounded up to its next multiple, when that adds at most MAX_PAD
-    (the template pads the axis). Never empty: the all-outer split (extent, 1, ..., 1) always qualifies.
+    inner factors. With `pad`, every innermost factor up to inner_max (with `lanes`: every whole
+    vector) is offered: one that does not divide the extent splits it rounded up to its next
+    multiple, when that adds at most MAX_PAD (the template pads the axis). Never empty: the
+    all-outer split (extent, 1, ..., 1) always qualifies.
     """
     cands = [c for c in split_knob(name, extent, parts).candidates if c[-1] <= inner_max]
-    if lanes and pad:
-        for inner in range(lanes, inner_max + 1, lanes):
+    if pad:
+        for inner in range(lanes or 1, inner_max + 1, lanes or 1):
             padded = -(-extent // inner) * inner
             if padded != extent and padded - extent <= MAX_PAD * extent:
                 cands += [(*c, inner) for c in split_knob(name, padded // inner, parts - 1).candidates]

@@ -99,7 +99,8 @@ def test_space_is_nontrivial_and_round_trips(op: str, shape: str) -> None:
 
 @pytest.mark.parametrize("op,shape", CASES)
 def test_tile_knobs_are_exact_and_bounded(op: str, shape: str) -> None:
-    """Every split multiplies to its axis, except a GEMM's N tiles: to N rounded up to whole vector tiles."""
+    """Every split multiplies to its axis, except a GEMM's N tiles: to N rounded up to whole vector tiles, and its M
+    tiles: to M rounded up to whole register tiles."""
     from search_spaces.common import MAX_PAD, vector_lanes
 
     task = _task(op, shape)
@@ -110,9 +111,10 @@ def test_tile_knobs_are_exact_and_bounded(op: str, shape: str) -> None:
         extents = {math.prod(c) for c in knob.candidates}
         exact = min(extents)
         assert all(c[-1] <= 64 for c in knob.candidates), knob.name
-        if task.op in ("matmul", "dense", "batch_matmul") and knob.name == "tile_j":
+        if task.op in ("matmul", "dense", "batch_matmul") and knob.name in ("tile_i", "tile_j"):
             padded = [c for c in knob.candidates if math.prod(c) != exact]
-            assert all(c[-1] % vector_lanes(task) == 0 and math.prod(c) == -(-exact // c[-1]) * c[-1]
+            step = vector_lanes(task) if knob.name == "tile_j" else 1
+            assert all(c[-1] % step == 0 and math.prod(c) == -(-exact // c[-1]) * c[-1]
                        and math.prod(c) <= exact * (1 + MAX_PAD) for c in padded), knob.name
         else:
             assert len(extents) == 1, f"{knob.name}: factors do not all multiply to the same extent"
@@ -226,6 +228,28 @@ def test_gemm_pads_n_to_whole_vector_tiles() -> None:
     packed = _template(task).kernel_inputs(task, cfg, [x, w])[1]
     assert packed.shape == (8, 4, 8) and np.array_equal(packed[7, :, 4:], np.zeros((4, 4), np.float32))
     assert np.array_equal(packed.transpose(0, 2, 1).reshape(64, 4)[:60], w)
+
+
+def test_gemm_pads_m_to_whole_register_tiles() -> None:
+    """M = 1024 gets 12- and 14-row register tiles over M padded to 1032 and 1036 (the uKernel, which reads row
+    blocks of A, does not pad); a padded M computes C (its extra rows read A's last row and are not written) with
+    N padded too, and with each way of reading B."""
+    big = make_task("matmul", "M=1024,N=1024,K=1024", target=AVX512)
+    cands = _template(big).define_space(big)["tile_i"].candidates
+    assert {(2, 43, 12), (2, 37, 14), (3, 57, 6)} <= set(cands) and max(math.prod(c) for c in cands) <= 1024 * 1.125
+    exact = resolve("search_spaces.matmul:MATMUL_UKERNEL_CPU").define_space(big)["tile_i"].candidates
+    assert {math.prod(c) for c in exact} == {1024}
+    for op, shape, packs in (("matmul", "M=46,N=60,K=24", ("root", "tile", "none")),
+                             ("batch_matmul", "B=2,M=46,N=64,K=8", ("root", "none")),
+                             ("dense", "batch=46,in_features=24,out_features=64", ("pre",))):
+        task = make_task(op, shape, target=AVX2)
+        template = _template(task)
+        space = template.define_space(task)
+        for pack in packs:
+            cfg = _config(space, tile_i=(2, 2, 12), tile_j=(4, 1, 16), pack_b=pack)  # 48 rows, 2 past M
+            sch = template.apply(task, cfg)
+            assert "C_acc = T.sblock_alloc_buffer((48, 64))" in sch.mod.script().replace("(2, 48, 64)", "(48, 64)")
+            assert _run(task, sch, template, cfg) is None, (op, pack)
 
 
 def test_a_relayout_may_pad_but_not_merge() -> None:
