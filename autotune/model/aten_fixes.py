@@ -5,7 +5,10 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
   - torch.cat skips 1-d empty tensors (an empty KV cache), TVM's concat rejects them;
   - cumsum of bool/int tensors returns int64 in PyTorch, TVM keeps the input dtype;
   - select with a negative index (Falcon's `qkv[..., -1, :]`) counts from the end in PyTorch, TVM imports it as a
-    `take` in "fast" mode, which reads before the tensor's start.
+    `take` in "fast" mode, which reads before the tensor's start;
+  - advanced indexing after sliced dimensions (`x[:, :, i, j]`, `F.unfold`'s decomposition, ConvBERT): TVM broadcasts
+    its aranges for the sliced dimensions against the index tensors, which is not PyTorch's result (and fails when
+    their shapes differ); the sliced dimensions get explicit arange indices of PyTorch's result layout instead.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ def fix_graph(gm: torch.fx.GraphModule) -> None:
             _cumsum_result_dtype(node)
         elif node.target is aten.select.int:
             _select_from_start(node)
+        elif node.target is aten.index.Tensor:
+            _index_sliced_dimensions(gm.graph, node)
     gm.graph.eliminate_dead_code()
     gm.recompile()
 
@@ -96,3 +101,29 @@ def _select_from_start(node: torch.fx.Node) -> None:
     shape = getattr(_val(data), "shape", None)
     if isinstance(index, int) and index < 0 and shape is not None and isinstance(shape[dim], int):
         node.args = (data, dim, index + shape[dim])
+
+
+def _index_sliced_dimensions(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """x[:, .., :, i, j, ..] (p sliced dimensions, then index tensors) as x[a_0, .., a_p-1, i, j, ..], a_q the arange
+    of dimension q laid along result axis q: PyTorch's result [d_0, .., d_p-1, *broadcast(i, j, ..), ...]."""
+    data, indices = node.args[:2]
+    p = next((q for q, index in enumerate(indices) if index is not None), len(indices))
+    rest = indices[p:]
+    if p == 0 or len(rest) < 2 or any(index is None for index in rest):
+        return
+    vals = [_val(index) for index in rest]
+    shape = getattr(_val(data), "shape", None)
+    if shape is None or not all(isinstance(v, torch.Tensor) for v in vals):
+        return
+    ndim = len(torch.broadcast_shapes(*(v.shape for v in vals)))
+    aranges = []
+    for q in range(p):
+        view = [int(shape[q])] + [1] * (p - 1 - q + ndim)
+        with graph.inserting_before(node):
+            arange = graph.call_function(aten.arange.default, (int(shape[q]),), {"dtype": torch.int64})
+            laid = graph.call_function(aten.view.default, (arange, view))
+        arange.meta["val"] = torch.arange(int(shape[q]))
+        laid.meta["val"] = arange.meta["val"].view(view)
+        aranges.append(laid)
+    node.args = (data, [*aranges, *rest], *node.args[2:])
+
