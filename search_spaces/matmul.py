@@ -12,8 +12,9 @@ B (or a row-major padded copy of it) has zero columns there, C_acc is computed p
 C's own columns are written back. An N without a whole-vector divisor (1001 = 7 x 11 x 13) thus
 still gets vector tiles, and one that has some gets the others too (1024 -> 1032 with 4 x 24).
 M is padded the same way to a multiple of i2: the rows past M read A's last row (no copy of A) and
-are not written back. So M = 1024 also gets 12- and 14-row register tiles (24 and 28 of AVX-512's 32
-registers; 8 rows x 2 vectors at most without it): 8% faster on matmul 1024^3 on a 2-core Xeon.
+are not written back. So M = 1024 also gets 5-, 6-, 12- and 14-row register tiles (5x64 holds 20 of
+AVX-512's 32 registers, 14x32 28; 8 rows x 2 vectors at most without it): matmul 1024^3 after 300
+trials went from 0.82x to 0.96x MKL on a 2-core Xeon (RESULTS.md, bench_search_s40_padm).
 """
 
 from __future__ import annotations

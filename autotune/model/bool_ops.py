@@ -1,8 +1,8 @@
 """Binary ops on bool tensors computed on int8, which TVM 0.27's LLVM code generator can compile.
 
 Its code generator takes a bool operand of a comparison for a float (`a == b` on two bools emits `fcmp oeq i1`,
-which LLVM rejects) and refuses `<`, `<=`, max, min, + and * on bools outright, so a model comparing two masks (a
-causal mask built with `==` of two bool tensors, Falcon's attention) did not compile. Each such call gets its bool
+which LLVM rejects) and refuses `<`, `<=`, max, min, + and * on bools outright, so a model comparing or combining
+two masks did not compile. Each such call gets its bool
 operands cast to int8 (0 / 1) first; an arithmetic op's result is cast back to bool (PyTorch's bool + is logical or,
 * logical and, as int8 followed by != 0 is).
 """

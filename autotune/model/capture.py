@@ -47,6 +47,12 @@ class Captured:
     example_inputs: list[np.ndarray]
 
 
+def _why(err: BaseException) -> str:
+    """An exception as one line: its type and its message's first line."""
+    text = str(err).splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
 def _import_torch():
     try:
         import torch
@@ -135,8 +141,7 @@ def export_program(model: Any, inputs: Sequence[Any] | None = None) -> tuple[Any
         try:
             program = torch.export.export(model.eval(), example)
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
-            raise ExportFailed(f"torch.export failed for {name}: {type(err).__name__}: "
-                                f"{str(err).splitlines()[0] if str(err) else ''}") from None
+            raise ExportFailed(f"torch.export failed for {name}: {_why(err)}") from None
     return program, example, name
 
 
@@ -151,8 +156,7 @@ def capture(model: Any, inputs: Sequence[Any] | None = None) -> Captured:
         try:
             program = program.run_decompositions(decompositions())
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
-            raise AutotuneError(f"cannot decompose {name}: {type(err).__name__}: "
-                                f"{str(err).splitlines()[0] if str(err) else ''}") from None
+            raise AutotuneError(f"cannot decompose {name}: {_why(err)}") from None
     fix_graph(program.graph_module)
     return import_program(program, example, name, decomposed=True)
 
@@ -169,8 +173,7 @@ def import_program(program: Any, example: Sequence[Any], name: str, decomposed: 
         try:
             mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=not decomposed)
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
-            raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
-                                f"{str(err).splitlines()[0] if str(err) else ''}") from None
+            raise AutotuneError(f"TVM cannot import {name}: {_why(err)}") from None
     mod = compute_bools_as_int8(fold_batch_norms(mod))
     params = mod["main"].params
     specs = tuple(InputSpec(p.name, tuple(int(d) for d in p.ty.shape), str(p.ty.dtype)) for p in params)
