@@ -8,7 +8,11 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
     `take` in "fast" mode, which reads before the tensor's start;
   - advanced indexing after sliced dimensions (`x[:, :, i, j]`, `F.unfold`'s decomposition, ConvBERT): TVM broadcasts
     its aranges for the sliced dimensions against the index tensors, which is not PyTorch's result (and fails when
-    their shapes differ); the sliced dimensions get explicit arange indices of PyTorch's result layout instead.
+    their shapes differ); the sliced dimensions get explicit arange indices of PyTorch's result layout instead;
+  - arange with a negative step (Funnel's relative positions, `arange(16, -16, -1)`): TVM's has two elements too
+    many; it is computed as start + step * arange(count);
+  - an integer tensor times (plus, ...) a Python float is a float tensor in PyTorch (a float arange decomposes so),
+    TVM keeps the integer dtype and truncates the float: the tensor is cast first.
 """
 
 from __future__ import annotations
@@ -74,6 +78,10 @@ def fix_graph(gm: torch.fx.GraphModule) -> None:
             _select_from_start(node)
         elif node.target is aten.index.Tensor:
             _index_sliced_dimensions(gm.graph, node)
+        elif node.target is aten.arange.start_step:
+            _arange_counting_down(gm.graph, node)
+        elif node.target in (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor):
+            _float_scalar_promotes(gm.graph, node)
     gm.graph.eliminate_dead_code()
     gm.recompile()
 
@@ -127,3 +135,34 @@ def _index_sliced_dimensions(graph: torch.fx.Graph, node: torch.fx.Node) -> None
         aranges.append(laid)
     node.args = (data, [*aranges, *rest], *node.args[2:])
 
+
+
+def _arange_counting_down(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    start, end, step = (list(node.args) + [1])[:3]
+    out = _val(node)
+    if not all(isinstance(v, (int, float)) for v in (start, end, step)) or step >= 0 \
+            or not isinstance(out, torch.Tensor):
+        return
+    with graph.inserting_before(node):
+        count = graph.call_function(aten.arange.start_step, (0, out.shape[0], 1), {**node.kwargs, "dtype": out.dtype})
+        scaled = graph.call_function(aten.mul.Tensor, (count, step))
+        shifted = graph.call_function(aten.add.Tensor, (scaled, start))
+    count.meta["val"] = torch.arange(0, out.shape[0], 1, dtype=out.dtype)
+    scaled.meta["val"] = count.meta["val"] * step
+    shifted.meta["val"] = scaled.meta["val"] + start
+    node.replace_all_uses_with(shifted)
+
+
+def _float_scalar_promotes(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    out = _val(node)
+    if not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point \
+            or not any(isinstance(a, float) for a in node.args):
+        return
+    args = list(node.args)
+    for i, arg in enumerate(args):
+        val = _val(arg)
+        if isinstance(val, torch.Tensor) and not val.dtype.is_floating_point:
+            with graph.inserting_before(node):
+                args[i] = graph.call_function(aten._to_copy.default, (arg,), {"dtype": out.dtype})
+            args[i].meta["val"] = val.to(out.dtype)
+    node.args = tuple(args)
