@@ -60,15 +60,20 @@ class _Masks(torch.nn.Module):
     """What TVM 0.27 imported or compiled wrong: a select from the end (read before the tensor), a cumsum of bools
     (kept bool), comparisons and arithmetic of two bool tensors (not compiled), index tensors after sliced
     dimensions (broadcast against them: not imported when their shapes differ, as in F.unfold), an arange counting
-    down (two elements too many), an integer tensor times a float (kept integer)."""
+    down (two elements too many), an integer tensor times a float (kept integer), assignments through a bool mask
+    (bool indices refused) and any over all dimensions (no importer)."""
 
     def forward(self, x):
         a, b = x[..., 0] > 0, x[..., 1] > 0
+        masked, lead = x.clone(), x[0].clone()
+        masked[x > 0.5] = 0.0
+        lead[x[0, :, 0, 0] > 0] = 1.0
         rows = torch.arange(3).reshape(3, 1, 1) + torch.arange(2).reshape(1, 2, 1)  # [3, 2, 1] and [1, 8]
         return (x[:, :, -1, :] * 2, torch.cumsum(a, dim=1), a == b, a != b, a < b, torch.maximum(a, b), a + b,
                 a * b, x[:, :, rows, torch.arange(8).reshape(1, 8)],
                 x[0, 0, :, :1] + torch.arange(x.shape[2], -x.shape[2], -2)[:, None],
-                torch.arange(2.0, -1.0, -0.5) * x[0, 0, 0, :6], torch.arange(6) * 0.5 + x[0, 0, 1, :6])
+                torch.arange(2.0, -1.0, -0.5) * x[0, 0, 0, :6], torch.arange(6) * 0.5 + x[0, 0, 1, :6], masked, lead,
+                torch.any(x > 2.5))
 
 
 @pytest.mark.parametrize("path", ["export", "compile"])

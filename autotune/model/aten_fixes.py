@@ -1,7 +1,8 @@
 """Rewrites of an exported ATen program where TVM 0.27's importer disagrees with PyTorch.
 
 Each fix keeps PyTorch's semantics exactly; the backend still checks every build against eager.
-  - decompositions for fused fast-path kernels Dynamo captures in eval mode (no TVM importer);
+  - decompositions for fused fast-path kernels Dynamo captures in eval mode and for `any` over all dimensions
+    (no TVM importer);
   - torch.cat skips 1-d empty tensors (an empty KV cache), TVM's concat rejects them;
   - cumsum of bool/int tensors returns int64 in PyTorch, TVM keeps the input dtype;
   - select with a negative index (Falcon's `qkv[..., -1, :]`) counts from the end in PyTorch, TVM imports it as a
@@ -12,7 +13,9 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
   - arange with a negative step (Funnel's relative positions, `arange(16, -16, -1)`): TVM's has two elements too
     many; it is computed as start + step * arange(count);
   - an integer tensor times (plus, ...) a Python float is a float tensor in PyTorch (a float arange decomposes so),
-    TVM keeps the integer dtype and truncates the float: the tensor is cast first.
+    TVM keeps the integer dtype and truncates the float: the tensor is cast first;
+  - `x[mask] = v` with a bool mask over x's leading dimensions (Longformer): TVM's index_put takes integer indices
+    only; it is where(mask, v, x).
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ def decompositions() -> dict[Any, Any]:
     """PyTorch's default decomposition table plus the fast-path kernels below."""
     table = torch.export.default_decompositions()
     table[aten._transformer_encoder_layer_fwd.default] = transformer_encoder_layer_fwd
+    table[aten.any.default] = any_of_all  # TVM imports any over some dims only
     return table
+
+
+def any_of_all(x: torch.Tensor) -> torch.Tensor:
+    """torch.any(x) over every dimension, as TVM's importer takes it (any over dims)."""
+    return torch.any(x.reshape(-1), dim=0)
 
 
 def transformer_encoder_layer_fwd(src: torch.Tensor, embed_dim: int, num_heads: int, qkv_weight: torch.Tensor,
@@ -82,6 +91,8 @@ def fix_graph(gm: torch.fx.GraphModule) -> None:
             _arange_counting_down(gm.graph, node)
         elif node.target in (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor):
             _float_scalar_promotes(gm.graph, node)
+        elif node.target is aten.index_put.default:
+            _masked_fill_as_where(gm.graph, node)
     gm.graph.eliminate_dead_code()
     gm.recompile()
 
@@ -166,3 +177,20 @@ def _float_scalar_promotes(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
                 args[i] = graph.call_function(aten._to_copy.default, (arg,), {"dtype": out.dtype})
             args[i].meta["val"] = val.to(out.dtype)
     node.args = tuple(args)
+
+
+def _masked_fill_as_where(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    data, indices, values = node.args[:3]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    x, v = _val(data), _val(values)
+    mask = _val(indices[0]) if len(indices) == 1 and indices[0] is not None else None
+    if accumulate or not all(isinstance(t, torch.Tensor) for t in (x, v, mask)) or mask.dtype != torch.bool \
+            or tuple(mask.shape) != tuple(x.shape[:mask.ndim]) or v.ndim > x.ndim - mask.ndim:
+        return
+    shape = [*mask.shape, *[1] * (x.ndim - mask.ndim)]
+    with graph.inserting_before(node):
+        wide = graph.call_function(aten.view.default, (indices[0], shape))
+        where = graph.call_function(aten.where.self, (wide, values, data))
+    wide.meta["val"] = mask.view(shape)
+    where.meta["val"] = torch.where(wide.meta["val"], v, x)
+    node.replace_all_uses_with(where)
