@@ -75,24 +75,11 @@ def transformer_encoder_layer_fwd(src: torch.Tensor, embed_dim: int, num_heads: 
 
 
 def fix_graph(gm: torch.fx.GraphModule) -> None:
-    """Apply the graph-level fixes in place (on a decomposed, core-ATen graph)."""
+    """Apply the graph-level fixes in place (on a decomposed, core-ATen graph): each node's fix in FIXES (below)."""
     for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target is aten.cat.default:
-            _drop_empty_cat_inputs(node)
-        elif node.target is aten.cumsum.default:
-            _cumsum_result_dtype(node)
-        elif node.target is aten.select.int:
-            _select_from_start(node)
-        elif node.target is aten.index.Tensor:
-            _index_sliced_dimensions(gm.graph, node)
-        elif node.target is aten.arange.start_step:
-            _arange_counting_down(gm.graph, node)
-        elif node.target in (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor):
-            _float_scalar_promotes(gm.graph, node)
-        elif node.target is aten.index_put.default:
-            _masked_fill_as_where(gm.graph, node)
+        fix = FIXES.get(node.target) if node.op == "call_function" else None
+        if fix is not None:
+            fix(gm.graph, node)
     gm.graph.eliminate_dead_code()
     gm.recompile()
 
@@ -101,21 +88,30 @@ def _val(node: Any) -> Any:
     return getattr(node, "meta", {}).get("val")
 
 
-def _drop_empty_cat_inputs(node: torch.fx.Node) -> None:
+def _insert(graph: torch.fx.Graph, before: torch.fx.Node, target: Any, args: tuple, val: torch.Tensor,
+            kwargs: dict | None = None) -> torch.fx.Node:
+    """A call of `target` inserted before `before`, with `val` (its result's example value) in its meta."""
+    with graph.inserting_before(before):
+        node = graph.call_function(target, args, kwargs or {})
+    node.meta["val"] = val
+    return node
+
+
+def _drop_empty_cat_inputs(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     parts = list(node.args[0])
     keep = [p for p in parts if not (isinstance(_val(p), torch.Tensor) and tuple(_val(p).shape) == (0,))]
     if keep and len(keep) < len(parts) and any(len(_val(p).shape) > 1 for p in keep):
         node.args = (keep, *node.args[1:])
 
 
-def _cumsum_result_dtype(node: torch.fx.Node) -> None:
+def _cumsum_result_dtype(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     out, inp = _val(node), _val(node.args[0])
     if isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and out.dtype != inp.dtype \
             and "dtype" not in node.kwargs:
         node.kwargs = {**node.kwargs, "dtype": out.dtype}
 
 
-def _select_from_start(node: torch.fx.Node) -> None:
+def _select_from_start(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     data, dim, index = node.args
     shape = getattr(_val(data), "shape", None)
     if isinstance(index, int) and index < 0 and shape is not None and isinstance(shape[dim], int):
@@ -138,14 +134,10 @@ def _index_sliced_dimensions(graph: torch.fx.Graph, node: torch.fx.Node) -> None
     aranges = []
     for q in range(p):
         view = [int(shape[q])] + [1] * (p - 1 - q + ndim)
-        with graph.inserting_before(node):
-            arange = graph.call_function(aten.arange.default, (int(shape[q]),), {"dtype": torch.int64})
-            laid = graph.call_function(aten.view.default, (arange, view))
-        arange.meta["val"] = torch.arange(int(shape[q]))
-        laid.meta["val"] = arange.meta["val"].view(view)
-        aranges.append(laid)
+        arange = _insert(graph, node, aten.arange.default, (int(shape[q]),), torch.arange(int(shape[q])),
+                         {"dtype": torch.int64})
+        aranges.append(_insert(graph, node, aten.view.default, (arange, view), _val(arange).view(view)))
     node.args = (data, [*aranges, *rest], *node.args[2:])
-
 
 
 def _arange_counting_down(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
@@ -154,14 +146,10 @@ def _arange_counting_down(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     if not all(isinstance(v, (int, float)) for v in (start, end, step)) or step >= 0 \
             or not isinstance(out, torch.Tensor):
         return
-    with graph.inserting_before(node):
-        count = graph.call_function(aten.arange.start_step, (0, out.shape[0], 1), {**node.kwargs, "dtype": out.dtype})
-        scaled = graph.call_function(aten.mul.Tensor, (count, step))
-        shifted = graph.call_function(aten.add.Tensor, (scaled, start))
-    count.meta["val"] = torch.arange(0, out.shape[0], 1, dtype=out.dtype)
-    scaled.meta["val"] = count.meta["val"] * step
-    shifted.meta["val"] = scaled.meta["val"] + start
-    node.replace_all_uses_with(shifted)
+    count = _insert(graph, node, aten.arange.start_step, (0, out.shape[0], 1),
+                    torch.arange(0, out.shape[0], 1, dtype=out.dtype), {**node.kwargs, "dtype": out.dtype})
+    scaled = _insert(graph, node, aten.mul.Tensor, (count, step), _val(count) * step)
+    node.replace_all_uses_with(_insert(graph, node, aten.add.Tensor, (scaled, start), _val(scaled) + start))
 
 
 def _float_scalar_promotes(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
@@ -173,9 +161,7 @@ def _float_scalar_promotes(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     for i, arg in enumerate(args):
         val = _val(arg)
         if isinstance(val, torch.Tensor) and not val.dtype.is_floating_point:
-            with graph.inserting_before(node):
-                args[i] = graph.call_function(aten._to_copy.default, (arg,), {"dtype": out.dtype})
-            args[i].meta["val"] = val.to(out.dtype)
+            args[i] = _insert(graph, node, aten._to_copy.default, (arg,), val.to(out.dtype), {"dtype": out.dtype})
     node.args = tuple(args)
 
 
@@ -188,9 +174,18 @@ def _masked_fill_as_where(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
             or tuple(mask.shape) != tuple(x.shape[:mask.ndim]) or v.ndim > x.ndim - mask.ndim:
         return
     shape = [*mask.shape, *[1] * (x.ndim - mask.ndim)]
-    with graph.inserting_before(node):
-        wide = graph.call_function(aten.view.default, (indices[0], shape))
-        where = graph.call_function(aten.where.self, (wide, values, data))
-    wide.meta["val"] = mask.view(shape)
-    where.meta["val"] = torch.where(wide.meta["val"], v, x)
-    node.replace_all_uses_with(where)
+    wide = _insert(graph, node, aten.view.default, (indices[0], shape), mask.view(shape))
+    node.replace_all_uses_with(_insert(graph, node, aten.where.self, (wide, values, data),
+                                       torch.where(_val(wide), v, x)))
+
+
+# aten op -> its fix (graph, node), applied in place by `fix_graph`
+FIXES = {
+    aten.cat.default: _drop_empty_cat_inputs,
+    aten.cumsum.default: _cumsum_result_dtype,
+    aten.select.int: _select_from_start,
+    aten.index.Tensor: _index_sliced_dimensions,
+    aten.arange.start_step: _arange_counting_down,
+    aten.index_put.default: _masked_fill_as_where,
+    **dict.fromkeys((aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor), _float_scalar_promotes),
+}

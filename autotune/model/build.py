@@ -30,6 +30,7 @@ from .extract import Site, classify, find_sites, merge_sites, resolve_target
 from .reshapes import sink_reshapes
 from .rewrite import visit_functions
 
+
 @dataclass(frozen=True)
 class KernelChoice:
     """Which schedule a task got, and why."""
