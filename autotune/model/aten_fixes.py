@@ -15,11 +15,15 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
   - an integer tensor times (plus, ...) a Python float is a float tensor in PyTorch (a float arange decomposes so),
     TVM keeps the integer dtype and truncates the float: the tensor is cast first;
   - `x[mask] = v` with a bool mask over x's leading dimensions (Longformer): TVM's index_put takes integer indices
-    only; it is where(mask, v, x).
+    only; it is where(mask, v, x);
+  - as_strided other than a contiguous view (Longformer's overlapping windows) fails TVM's importer, and unfold
+    (frames of a signal, `Tensor.unfold`) has none: both gather from the flattened tensor at indices built from
+    aranges (offset + sum of index_d * stride_d).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -179,6 +183,55 @@ def _masked_fill_as_where(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
                                        torch.where(_val(wide), v, x)))
 
 
+def _as_strided_as_gather(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    data, size, stride = node.args[:3]
+    offset = (node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")) or 0
+    x = _val(data)
+    if not isinstance(x, torch.Tensor) or not x.is_contiguous() or not _all_ints(*size, *stride, offset):
+        return  # as_strided reads x's storage: x's flat index is its storage index only when x is contiguous
+    offset -= x.storage_offset()
+    view = offset == 0 and all(n == 1 or s == math.prod(size[d + 1:]) for d, (n, s) in enumerate(zip(size, stride)))
+    if not view:  # TVM's importer takes a contiguous view as a reshape
+        _gather(graph, node, data, size, stride, offset)
+
+
+def _unfold_as_gather(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    data, dim, width, step = node.args[:4]
+    x = _val(data)
+    if not isinstance(x, torch.Tensor) or not _all_ints(*x.shape, dim, width, step) or x.ndim == 0:
+        return
+    dim %= x.ndim
+    strides = [math.prod(x.shape[d + 1:]) for d in range(x.ndim)]  # x's logical (row-major) strides
+    size = [*x.shape[:dim], (x.shape[dim] - width) // step + 1, *x.shape[dim + 1:], width]
+    _gather(graph, node, data, size, [*strides[:dim], strides[dim] * step, *strides[dim + 1:], strides[dim]], 0)
+
+
+def _gather(graph: torch.fx.Graph, node: torch.fx.Node, data: torch.fx.Node, size: list[int], stride: list[int],
+            offset: int) -> None:
+    """Replace `node` by data.reshape(-1)[offset + sum_d arange(size_d) * stride_d] (the aranges broadcast along their
+    own dimension), when every index falls inside data."""
+    x = _val(data)
+    low = offset + sum((n - 1) * s for n, s in zip(size, stride) if s < 0)
+    high = offset + sum((n - 1) * s for n, s in zip(size, stride) if s > 0)
+    if not size or min(size) < 1 or low < 0 or high >= x.numel():
+        return
+    flat = _insert(graph, node, aten.reshape.default, (data, [x.numel()]), x.reshape(-1))
+    index = None
+    for d, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        arange = _insert(graph, node, aten.arange.default, (n,), torch.arange(n), {"dtype": torch.int64})
+        term = _insert(graph, node, aten.view.default, (arange, shape), _val(arange).view(shape))
+        term = _insert(graph, node, aten.mul.Tensor, (term, s), _val(term) * s)
+        index = term if index is None else _insert(graph, node, aten.add.Tensor, (index, term), _val(index) + _val(term))
+    index = _insert(graph, node, aten.add.Tensor, (index, offset), _val(index) + offset)
+    node.replace_all_uses_with(_insert(graph, node, aten.index.Tensor, (flat, [index]), _val(node)))
+
+
+def _all_ints(*values: Any) -> bool:
+    return all(isinstance(v, int) for v in values)
+
+
 # aten op -> its fix (graph, node), applied in place by `fix_graph`
 FIXES = {
     aten.cat.default: _drop_empty_cat_inputs,
@@ -187,5 +240,7 @@ FIXES = {
     aten.index.Tensor: _index_sliced_dimensions,
     aten.arange.start_step: _arange_counting_down,
     aten.index_put.default: _masked_fill_as_where,
+    aten.as_strided.default: _as_strided_as_gather,
+    aten.unfold.default: _unfold_as_gather,
     **dict.fromkeys((aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor), _float_scalar_promotes),
 }
