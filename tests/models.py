@@ -88,7 +88,7 @@ class Conv1dBlock(nn.Module):
 class UpsampleBlock(nn.Module):
     """Transposed convolutions: U-Net's 2x2 stride 2, DCGAN's 4x4 stride 2 padding 1, a 3x3 stride 2 with an output
     padding, a stride (2, 1) one, grouped ones (groups 2; FCN's depthwise 4x4 stride 2 upsampling; a depthwise
-    stride 1), a dilated one (left to TVM) and a 1-d one as in a vocoder (kernel 16, stride 8)."""
+    stride 1), dilated ones (stride 1; stride 2) and a 1-d one as in a vocoder (kernel 16, stride 8)."""
 
     def __init__(self):
         super().__init__()
@@ -100,11 +100,12 @@ class UpsampleBlock(nn.Module):
         self.bilinear = nn.ConvTranspose2d(4, 4, 4, stride=2, padding=1, groups=4, bias=False)
         self.smooth = nn.ConvTranspose2d(4, 4, 3, padding=1, groups=4)
         self.dilated = nn.ConvTranspose2d(4, 4, 3, padding=2, dilation=2)
+        self.dilated_up = nn.ConvTranspose2d(4, 4, 3, stride=2, padding=3, dilation=2)
         self.vocoder = nn.ConvTranspose1d(4, 2, 16, stride=8, padding=4)
 
     def forward(self, x):
         y = self.rows(self.odd(torch.relu(self.dcgan(torch.relu(self.unet(x))))))
-        y = self.dilated(self.smooth(self.bilinear(self.grouped(y))))
+        y = self.dilated_up(self.dilated(self.smooth(self.bilinear(self.grouped(y)))))
         return self.vocoder(y.mean(dim=2))
 
 

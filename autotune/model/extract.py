@@ -11,9 +11,10 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
   zero-padded by an R.nn.pad before the kernel, and a task with padding 0.
   R.nn.conv3d NCDHW/OIDHW                       -> conv2d / group_conv2d over the output's depth slices (batch
                                                    N x D'), the kernel's depth taps stacked into the channels
-  R.nn.conv2d_transpose / conv1d_transpose (IOHW / IOW, undilated, constant weight) -> conv2d (grouped:
+  R.nn.conv2d_transpose / conv1d_transpose (IOHW / IOW, constant weight) -> conv2d (grouped:
                                                    group_conv2d) over the input, one output channel per (channel,
-                                                   output phase), then a pixel shuffle and a crop (`transposed_weight`)
+                                                   output phase), then a pixel shuffle and a crop (`transposed_weight`);
+                                                   dilated: at stride 1 a dilated conv2d, strided with zero taps
   R.matmul [.., M, K] @ permute_dims(W const)   -> dense (a linear layer: its weight W [N, K] is packed once,
                                                    at build time, in the layout the kernel reads)
   R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
@@ -194,6 +195,15 @@ def transposed_weight(weight: np.ndarray, strides: tuple[int, int], groups: int 
     return np.ascontiguousarray(phases.reshape(k * sh * sw, c, rs, ss))
 
 
+def _dilated(weight: np.ndarray, dilation: tuple[int, int]) -> np.ndarray:
+    """Kernel [.., R, S] at `dilation` (dh, dw) as the undilated kernel [.., dh (R - 1) + 1, dw (S - 1) + 1] with
+    zeros between its taps."""
+    (dh, dw), (r, s) = dilation, weight.shape[2:]
+    out = np.zeros((*weight.shape[:2], dh * (r - 1) + 1, dw * (s - 1) + 1), weight.dtype)
+    out[:, :, ::dh, ::dw] = weight
+    return out
+
+
 def _constant(expr: Any, lookup: Callable[[Any], Any]) -> Any:
     from tvm import ir, relax
 
@@ -212,33 +222,36 @@ def _conv_transpose_site(call: Any, target: dict, lookup: Callable[[Any], Any]) 
     why = _unsupported(call, (data, weight, out), ("NCW", "IOW", "NCW") if one_d else ("NCHW", "IOHW", "NCHW"))
     if why:
         return Skipped(what, why)
-    if any(int(d) != 1 for d in a.dilation):
-        return Skipped(what, f"dilation {tuple(int(d) for d in a.dilation)} (only 1)")
     const = _constant(call.args[1], lookup)
     if const is None:
         return Skipped(what, "weight is not a constant")
-    strides, padding = tuple(int(v) for v in a.strides), tuple(int(v) for v in a.padding)
+    strides, padding, dilation = (tuple(int(v) for v in x) for x in (a.strides, a.padding, a.dilation))
     w = const.value.numpy()
     if one_d:  # height 1
         data, w, out = (*data[:2], 1, data[2]), w[:, :, None, :], (*out[:2], 1, out[2])
-        strides, padding = (1, strides[0]), (0, padding[0])
+        strides, padding, dilation = (1, strides[0]), (0, padding[0]), (1, dilation[0])
+    dil = 1  # of the conv2d: stride 1 is a conv2d of the flipped kernel at the same dilation
+    if strides == (1, 1) and len(set(dilation)) == 1:
+        dil = dilation[0]
+    elif dilation != (1, 1):  # strided: the kernel with zeros between its taps, undilated
+        w = _dilated(w, dilation)
     n, c, h, wd = data
     (sh, sw), (top, left) = strides, padding[:2]
     rs, ss = -(-w.shape[2] // sh), -(-w.shape[3] // sw)
     extra_h = max(0, -(-(top + out[2]) // sh) - h)  # rows the output's last phase rows need past the input
     extra_w = max(0, -(-(left + out[3]) // sw) - wd)
-    pads = (rs - 1, extra_h, ss - 1, extra_w)
+    pads = (dil * (rs - 1), extra_h, dil * (ss - 1), extra_w)
     uniform = len(set(pads)) == 1
     steps, (_, _, h, wd) = ((), data) if uniform else _plane_pad(data, pads, one_d)
     groups = int(a.groups)
     k = w.shape[1] * groups
     p = {"N": n, "C": c, "H": h, "W": wd, "K": k * sh * sw, "R": rs, "S": ss, "padding": pads[0] if uniform else 0}
     if groups == 1:
-        task = make_task("conv2d", p, target=target)
-    elif groups == c == p["K"]:  # depthwise, stride 1
+        task = make_task("conv2d", {**p, "dilation": dil}, target=target)
+    elif groups == c == p["K"] and dil == 1:  # depthwise, stride 1
         task = make_task("depthwise_conv2d", {key: v for key, v in p.items() if key != "K"}, target=target)
     else:  # a depthwise upsampling (FCN's bilinear one) has sh * sw outputs per channel: grouped
-        task = make_task("group_conv2d", {**p, "groups": groups}, target=target)
+        task = make_task("group_conv2d", {**p, "groups": groups, "dilation": dil}, target=target)
     _, _, ph, pw = task.opdef.output_shape(task.shape)  # phases [N, K * sh * sw, ph, pw]
     shuffle = (("reshape", (n, k, sh, sw, ph, pw)), ("permute", (0, 1, 4, 2, 5, 3)),
                ("reshape", (n, k, ph * sh, pw * sw)), ("crop", (2, 3), (top, left), (top + out[2], left + out[3])))
