@@ -47,7 +47,8 @@ class TinyAttention(nn.Module):
 
 class GroupedBlock(nn.Module):
     """A ResNeXt-style bottleneck (1x1, grouped 3x3 + batch norm, 1x1, residual), then a strided, dilated grouped
-    convolution, a dilated depthwise one and a depthwise one with a channel multiplier of 2."""
+    convolution, a dilated depthwise one, a depthwise one with a channel multiplier of 2, a grouped one strided over
+    H only (DeepSpeech2's, a text recogniser's) and one dilated over W only (left to TVM)."""
 
     def __init__(self):
         super().__init__()
@@ -58,12 +59,15 @@ class GroupedBlock(nn.Module):
         self.down = nn.Conv2d(16, 24, 3, stride=2, padding=2, dilation=2, groups=2)
         self.dilated_dw = nn.Conv2d(24, 24, 3, padding=2, dilation=2, groups=24)
         self.multiplier = nn.Conv2d(24, 48, 3, padding=1, groups=24)
+        self.rows = nn.Conv2d(48, 24, 3, stride=(2, 1), padding=1, groups=3)
+        self.wide = nn.Conv2d(24, 8, 3, padding=(1, 2), dilation=(1, 2))
 
     def forward(self, x):
         y = torch.relu(self.reduce(x))
         y = torch.relu(self.bn(self.grouped(y)))
         y = self.down(self.expand(y) + x)
-        return self.multiplier(torch.relu(self.dilated_dw(y)))
+        y = self.multiplier(torch.relu(self.dilated_dw(y)))
+        return self.wide(torch.relu(self.rows(y)))
 
 
 class Conv1dBlock(nn.Module):
@@ -111,8 +115,7 @@ class UpsampleBlock(nn.Module):
 
 class VideoBlock(nn.Module):
     """3-d convolutions: 3x3x3 with a batch norm, a (2+1)-d pair (1x3x3 strided over H and W, 3x1x1 over time), a
-    2x2x2 stride 2, a depth-dilated grouped one, a depthwise one and one with an H stride unlike its W stride (left
-    to TVM)."""
+    2x2x2 stride 2, a depth-dilated grouped one, a depthwise one and one with an H stride unlike its W stride."""
 
     def __init__(self):
         super().__init__()

@@ -142,7 +142,8 @@ def test_packed_conv_kernel_gets_its_weight_packed(op, weight, tmp_path):
 
 def test_grouped_convolutions_are_tasks_and_build_right():
     """Grouped convolutions (ResNeXt, RegNet), dilated depthwise ones and depthwise ones with a channel multiplier
-    are group_conv2d tasks (the batch norm after one folded into it), and the model builds right."""
+    are group_conv2d tasks (the batch norm after one folded into it); strides that differ over H and W are a stride-1
+    convolution over the data's phases (`_phase_split`), and the model builds right."""
     model, inputs = grouped_block()
     cap = capture(model, inputs)
     assert _summary(extract_tasks(cap)) == sorted([
@@ -152,9 +153,11 @@ def test_grouped_convolutions_are_tasks_and_build_right():
         _expect("group_conv2d", 1, C=16, H=12, W=12, K=24, R=3, S=3, groups=2, stride=2, padding=2, dilation=2),
         _expect("group_conv2d", 1, C=24, H=6, W=6, K=24, R=3, S=3, groups=24, padding=2, dilation=2),
         _expect("group_conv2d", 1, C=24, H=6, W=6, K=48, R=3, S=3, groups=24, padding=1),
+        _expect("group_conv2d", 1, C=96, H=4, W=8, K=24, R=2, S=3, groups=3),  # strides (2, 1): 2 row phases
     ])
     built = build_model(cap)
-    assert len(built.report.kernels) == 6 and not built.report.skipped
+    assert len(built.report.kernels) == 7
+    assert [s.split(":")[1].strip() for s in built.report.skipped] == ["dilations (1, 2) differ"]
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
 
@@ -212,8 +215,8 @@ def test_transposed_convolutions_are_conv2d_tasks_and_build_right():
 
 def test_conv3d_is_a_conv2d_over_depth_slices_and_builds_right():
     """A 3-d convolution is a conv2d (grouped: group_conv2d) batched over the output's depth slices, with the
-    kernel's depth taps in the channels; its batch norm folds into the weight; H and W strides that differ stay
-    with TVM."""
+    kernel's depth taps in the channels; its batch norm folds into the weight; H and W strides that differ split
+    the slices into phases."""
     model, inputs = video_block()
     cap = capture(model, inputs)
     assert "batch_norm" not in cap.mod.script()
@@ -224,10 +227,10 @@ def test_conv3d_is_a_conv2d_over_depth_slices_and_builds_right():
         _expect("conv2d", 1, N=3, C=16, H=5, W=5, K=8, R=2, S=2, stride=2),
         _expect("group_conv2d", 1, N=3, C=24, H=2, W=2, K=8, R=3, S=3, groups=2, padding=1),
         _expect("group_conv2d", 1, N=3, C=24, H=2, W=2, K=8, R=3, S=3, groups=8, padding=1),
+        _expect("conv2d", 1, N=3, C=16, H=1, W=2, K=4, R=1, S=1),  # strides (1, 2, 1): 2 row phases
     ])
     built = build_model(cap)
-    assert [s.split(":")[1].strip() for s in built.report.skipped] == [
-        "strides (1, 2, 1) / dilation (1, 1, 1) differ over height and width"]
+    assert built.report.skipped == []
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-5)
 
@@ -483,11 +486,11 @@ def test_cli_extract_and_build(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags", [[], ["--compile"]])
 def test_cli_extract_says_which_calls_are_left_to_tvm(flags, capsys):
-    assert _run(["extract", "tests/models.py:video_block", *flags]) == 0
+    assert _run(["extract", "tests/models.py:grouped_block", *flags]) == 0
     out = capsys.readouterr().out
-    assert "6 tasks, 6 calls" in out
+    assert "7 tasks, 7 calls" in out
     [line] = [line for line in out.splitlines() if "left to TVM" in line]
-    assert "conv3d data=(1, 8, 3, 2, 2)" in line and line.endswith("differ over height and width")
+    assert "conv2d data=(1, 24, 3, 6)" in line and line.endswith("dilations (1, 2) differ")
 
 
 def test_generic_schedule_vectorises_by_the_largest_power_of_two_dividing_the_inner_loop():

@@ -8,7 +8,8 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
                                                    or a dilation)
   R.nn.conv1d NCW/OIW                           -> the same tasks with H = R = 1 (data [N,C,W] seen as [N,C,1,W])
   A convolution whose padding differs between sides or axes (a 1-d one's always pads W only) gets its data
-  zero-padded by an R.nn.pad before the kernel, and a task with padding 0.
+  zero-padded by an R.nn.pad before the kernel, and a task with padding 0; one whose H and W strides differ
+  (constant weight, undilated) is a stride-1 one over the phases of its padded data (`_phase_split`).
   R.nn.conv3d NCDHW/OIDHW                       -> conv2d / group_conv2d over the output's depth slices (batch
                                                    N x D'), the kernel's depth taps stacked into the channels
   R.nn.conv2d_transpose / conv1d_transpose (IOHW / IOW, constant weight) -> conv2d (grouped:
@@ -27,7 +28,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +108,9 @@ def _unsupported(call: Any, shapes: tuple[Any, ...], layouts: tuple[str, str, st
     return None
 
 
-def _conv_site(call: Any, target: dict) -> Site | Skipped:
-    """conv2d, or conv1d as a conv2d of height 1: the task, with an explicit pad for uneven padding."""
+def _conv_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | Skipped:
+    """conv2d, or conv1d as a conv2d of height 1: the task, with an explicit pad for uneven padding (strides that
+    differ over H and W: `_phase_split`)."""
     a = call.attrs
     one_d = call.op.name == "relax.nn.conv1d"
     data, weight = _shape(call.args[0]), _shape(call.args[1])
@@ -120,15 +122,21 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
     if one_d:  # height 1, a 1-row kernel: the height's stride and dilation do nothing
         data, weight = (*data[:2], 1, data[2]), (*weight[:2], 1, weight[2])
         strides, dilation, padding = strides * 2, dilation * 2, (0, padding[0], 0, padding[1])
-    if len(set(strides)) != 1 or len(set(dilation)) != 1:
-        return Skipped(what, f"non-uniform strides {strides} / dilation {dilation}")
     top, left, bottom, right = padding
+    groups = int(a.groups)
+    if len(set(strides)) != 1:
+        const = _constant(call.args[1], lookup)
+        if dilation != (1, 1) or const is None:
+            return Skipped(what, f"strides {strides} differ, {'dilated' if const is not None else 'weight computed'}")
+        return _phase_split(data, const.value.numpy(), strides, (top, bottom, left, right), groups, _shape(call),
+                            target)
+    if len(set(dilation)) != 1:
+        return Skipped(what, f"dilations {dilation} differ")
     steps: tuple[Step, ...] = ()
     if len(set(padding)) != 1:
         steps, data = _plane_pad(data, (top, bottom, left, right), one_d)
     n, c, h, w = data
     k, cg, r, s = weight
-    groups = int(a.groups)
     p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": strides[0], "padding": 0 if steps else top}
     if groups == 1:
         op, p = "conv2d", {**p, "K": k, "dilation": dilation[0]}
@@ -140,7 +148,7 @@ def _conv_site(call: Any, target: dict) -> Site | Skipped:
     return Site(task, (n, c, h, w), weight, _shape(call), data_steps=steps)
 
 
-def _conv3d_site(call: Any, target: dict) -> Site | Skipped:
+def _conv3d_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | Skipped:
     """conv3d as a conv2d (grouped: group_conv2d) over the output's depth slices, batched: each slice's depth taps
     of the input are stacked into its channels, [N, C, D, H, W] -> [N * D', C * T, H, W] (kernel [K, C * T, R, S]),
     and the output [N * D', K, H', W'] is laid back as [N, K, D', H', W']."""
@@ -151,7 +159,8 @@ def _conv3d_site(call: Any, target: dict) -> Site | Skipped:
     if why:
         return Skipped(what, why)
     strides, padding, dilation = (tuple(int(v) for v in x) for x in (a.strides, a.padding, a.dilation))
-    if strides[1] != strides[2] or dilation[1] != dilation[2]:
+    const = _constant(call.args[1], lookup) if strides[1] != strides[2] else None
+    if dilation[1] != dilation[2] or (strides[1] != strides[2] and (dilation[1] != 1 or const is None)):
         return Skipped(what, f"strides {strides} / dilation {dilation} differ over height and width")
     front, top, left, back, bottom, right = padding
     n, c, d, h, w = data
@@ -161,10 +170,16 @@ def _conv3d_site(call: Any, target: dict) -> Site | Skipped:
     steps += (("taps", 2, t, dilation[0], strides[0], depth), ("permute", (0, 2, 1, 3, 4, 5)),
               ("reshape", (n * depth, c * t, h, w)))
     plane = (n * depth, c * t, h, w)
+    groups = int(a.groups)
+    if const is not None:  # H and W strides differ
+        site = _phase_split(plane, const.value.numpy().reshape(k, cg * t, r, s), strides[1:],
+                            (top, bottom, left, right), groups, None, target)
+        back_to_3d = (("reshape", (n, depth, k, *site.out_shape[2:])), ("permute", (0, 2, 1, 3, 4)))
+        return replace(site, data_steps=steps + site.data_steps, out_steps=site.out_steps + back_to_3d,
+                       out_shape=_shape(call))
     if len({top, bottom, left, right}) != 1:
         padding_steps, plane = _plane_pad(plane, (top, bottom, left, right), False)
         steps, top = steps + padding_steps, 0
-    groups = int(a.groups)
     p = {"N": plane[0], "C": plane[1], "H": plane[2], "W": plane[3], "K": k, "R": r, "S": s, "stride": strides[1],
          "padding": top, "dilation": dilation[1]}
     task = make_task("conv2d", p, target=target) if groups == 1 else make_task(
@@ -172,6 +187,32 @@ def _conv3d_site(call: Any, target: dict) -> Site | Skipped:
     _, _, oh, ow = task.opdef.output_shape(task.shape)
     back_to_3d = (("reshape", (n, depth, k, oh, ow)), ("permute", (0, 2, 1, 3, 4)))
     return Site(task, plane, (k, cg * t, r, s), _shape(call), data_steps=steps, out_steps=back_to_3d)
+
+
+def _phase_split(data: tuple[int, ...], weight: np.ndarray, strides: tuple[int, int], pads: tuple[int, ...],
+                 groups: int, out_shape: tuple[int, ...] | None, target: dict) -> Site:
+    """A convolution of strides (sh, sw) as a stride-1 one over the sh x sw phases of its zero-padded data:
+    x[n, c, Q sh + a, P sw + b] -> x'[n, (c, a, b), Q, P], and w[k, c, t sh + a, u sw + b] -> w'[k, (c, a, b), t, u]
+    (zero past the kernel), cropped to the output's size. `pads`: (top, bottom, left, right); `weight` [K, C /
+    groups, R, S] a constant. The group of channel (c, a, b) is c's. `out_shape` None: [N, K, H', W']."""
+    from tvm import relax
+
+    n, c, h, w = data
+    (sh, sw), (top, bottom, left, right) = strides, pads
+    k, cg, r, s = weight.shape
+    hq, wq, rq, sq = -(-(h + top + bottom) // sh), -(-(w + left + right) // sw), -(-r // sh), -(-s // sw)
+    oh, ow = (h + top + bottom - r) // sh + 1, (w + left + right - s) // sw + 1
+    steps = (("pad", (0, 0, 0, 0, top, hq * sh - h - top, left, wq * sw - w - left)),
+             ("reshape", (n, c, hq, sh, wq, sw)), ("permute", (0, 1, 3, 5, 2, 4)), ("reshape", (n, c * sh * sw, hq, wq)))
+    full = np.zeros((k, cg, rq * sh, sq * sw), weight.dtype)
+    full[:, :, :r, :s] = weight
+    phased = np.ascontiguousarray(full.reshape(k, cg, rq, sh, sq, sw).transpose(0, 1, 3, 5, 2, 4))
+    p = {"N": n, "C": c * sh * sw, "H": hq, "W": wq, "K": k, "R": rq, "S": sq}
+    task = make_task("conv2d", p, target=target) if groups == 1 else make_task(
+        "group_conv2d", {**p, "groups": groups}, target=target)
+    crop = (("crop", (2, 3), (0, 0), (oh, ow)),) if (hq - rq + 1, wq - sq + 1) != (oh, ow) else ()
+    return Site(task, (n, c * sh * sw, hq, wq), phased.shape[:1] + (cg * sh * sw, rq, sq), out_shape or (n, k, oh, ow),
+                weight=relax.const(phased.reshape(k, cg * sh * sw, rq, sq)), data_steps=steps, out_steps=crop)
 
 
 def transposed_weight(weight: np.ndarray, strides: tuple[int, int], groups: int = 1) -> np.ndarray:
@@ -304,9 +345,9 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     `lookup(var)`: the value bound to a variable of the function, if known."""
     name = getattr(call.op, "name", "")
     if name in ("relax.nn.conv2d", "relax.nn.conv1d"):
-        return _conv_site(call, target)
+        return _conv_site(call, target, lookup)
     if name == "relax.nn.conv3d":
-        return _conv3d_site(call, target)
+        return _conv3d_site(call, target, lookup)
     if name in ("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose"):
         return _conv_transpose_site(call, target, lookup)
     if name == "relax.matmul":
