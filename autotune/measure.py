@@ -28,19 +28,22 @@ class Runner(Protocol):
 
 
 class LocalBuilder:
-    """Builds in `workers` processes; a build over `timeout` seconds is COMPILE_TIMEOUT."""
+    """Builds in `workers` processes; a build over `timeout` seconds is COMPILE_TIMEOUT. A batch's libraries are
+    deleted when the next batch is built (the runner has run them by then) and at close()."""
 
     def __init__(self, workers: int | None = None, timeout: float = 60.0):
         self.timeout = timeout
         self._pool = WorkerPool(workers or host_cores())
         self._dir = Path(tempfile.mkdtemp(prefix="autotune-build-"))
         self._count = 0
+        self._last: list[Path] = []
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
-        args = []
-        for inp in inputs:
-            self._count += 1
-            args.append((inp.task, inp.config.index, inp.template, str(self._dir / f"cand{self._count}.so")))
+        for path in self._last:
+            path.unlink(missing_ok=True)
+        self._last = [self._dir / f"cand{self._count + k}.so" for k in range(1, len(inputs) + 1)]
+        self._count += len(inputs)
+        args = [(inp.task, inp.config.index, inp.template, str(path)) for inp, path in zip(inputs, self._last)]
         return [_to_build_result(c) for c in self._pool.map(measure_worker.build, args, self.timeout)]
 
     def close(self) -> None:

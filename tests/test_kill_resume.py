@@ -18,8 +18,10 @@ def _lines(log):
 
 
 def _start(log, trials):
+    """The run, its temporary files (the builder's libraries) under the log's folder: a killed run leaves them."""
+    env = {**os.environ, "TMPDIR": str(log.parent)}
     return subprocess.Popen(CMD + ["--trials", str(trials), "--log", str(log)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
 
 
 def _wait_for_lines(proc, log, n, limit=120):
@@ -53,5 +55,6 @@ def test_ctrl_c_keeps_the_log_and_says_how_to_resume(tmp_path, worker_env):
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "re-run the same command to resume" in err and "Traceback" not in err
+    assert not list(tmp_path.glob("autotune-build-*"))  # the builder's folder went with the run
     records = [json.loads(line) for line in _lines(log)]
     assert len(records) >= 4 and len({r["config"]["index"] for r in records}) == len(records)

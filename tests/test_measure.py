@@ -1,6 +1,7 @@
 """Real builder and runner processes on deliberately broken kernels: every failure is one result."""
 
 import time
+from pathlib import Path
 
 from autotune.measure import LocalBuilder, LocalRunner, RunnerOptions
 from autotune.measure_types import ErrorKind, MeasureInput
@@ -50,6 +51,21 @@ def test_build_timeout_is_recorded(worker_env):
     finally:
         builder.close()
     assert res[0].error is ErrorKind.COMPILE_TIMEOUT
+
+
+def test_builder_keeps_only_the_libraries_of_the_batch_being_run(worker_env):
+    task = make_task("matmul", "M=32,N=32,K=32")
+    space = resolve(BUGGY).define_space(task)
+    ok = [MeasureInput(task, space.get(i), BUGGY) for i in range(len(space)) if space.get(i)["mode"] == "ok"][:2]
+    builder = LocalBuilder(workers=1)
+    try:
+        [first] = builder.build(ok[:1])
+        assert Path(first.artifact).exists()
+        [second] = builder.build(ok[1:])
+        assert not Path(first.artifact).exists() and Path(second.artifact).exists()
+    finally:
+        builder.close()
+    assert not Path(second.artifact).parent.exists()
 
 
 def test_runner_threads_are_set_explicitly():
