@@ -78,6 +78,40 @@ class _Masks(torch.nn.Module):
                 x[0, :, 0, :].t().unfold(1, 3, 2) + 1)
 
 
+class _Fourier(torch.nn.Module):
+    """FFTs of a real tensor (TVM has no complex tensors): FNet's token mixing, an inverse one, a one-sided one, a
+    round trip and a normalised one's imaginary part."""
+
+    def forward(self, x):
+        mixed = torch.fft.fftn(x, dim=(1, 2))
+        return (mixed.real + 1, mixed.imag, torch.fft.ifft(x, dim=1, norm="ortho").real, torch.fft.rfft(x).real,
+                torch.fft.ifft(torch.fft.fft(x, dim=1), dim=1).real, torch.fft.fft(x, norm="forward").imag)
+
+
+@pytest.mark.parametrize("path", ["export", "compile"])
+def test_fft_parts_are_real_matmuls(path):
+    import warnings
+
+    import autotune.torch_backend as tb
+    from autotune.model import capture, extract_tasks
+
+    model = _Fourier().eval()
+    x = torch.randn(2, 8, 16)
+    want = [t.numpy() for t in model(x)]
+    if path == "export":
+        assert {task.op for task, _ in extract_tasks(capture(model, (x,)))} == {"matmul"}
+        got = build_model(model, inputs=(x,))(x)
+    else:
+        torch._dynamo.reset()
+        tb.clear_cache()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tb.AutotuneFallbackWarning)  # the graph must run on TVM
+            got = [t.numpy() for t in torch.compile(model, backend="autotune")(x)]
+        torch._dynamo.reset()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
+
+
 @pytest.mark.parametrize("path", ["export", "compile"])
 def test_importer_mismatches_are_mended(path):
     import warnings

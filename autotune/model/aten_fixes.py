@@ -18,7 +18,9 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
     only; it is where(mask, v, x);
   - as_strided other than a contiguous view (Longformer's overlapping windows) fails TVM's importer, and unfold
     (frames of a signal, `Tensor.unfold`) has none: both gather from the flattened tensor at indices built from
-    aranges (offset + sum of index_d * stride_d).
+    aranges (offset + sum of index_d * stride_d);
+  - the real (or imaginary) part of FFTs of a real tensor (FNet's token mixing; TVM has no complex tensors): DFT
+    matrices times the two parts, as real matmuls.
 """
 
 from __future__ import annotations
@@ -223,9 +225,118 @@ def _gather(graph: torch.fx.Graph, node: torch.fx.Node, data: torch.fx.Node, siz
         arange = _insert(graph, node, aten.arange.default, (n,), torch.arange(n), {"dtype": torch.int64})
         term = _insert(graph, node, aten.view.default, (arange, shape), _val(arange).view(shape))
         term = _insert(graph, node, aten.mul.Tensor, (term, s), _val(term) * s)
-        index = term if index is None else _insert(graph, node, aten.add.Tensor, (index, term), _val(index) + _val(term))
+        index = term if index is None else _insert(graph, node, aten.add.Tensor, (index, term),
+                                                   _val(index) + _val(term))
     index = _insert(graph, node, aten.add.Tensor, (index, offset), _val(index) + offset)
     node.replace_all_uses_with(_insert(graph, node, aten.index.Tensor, (flat, [index]), _val(node)))
+
+
+def _fft_as_matmuls(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """view_as_real of FFTs of a real tensor (FNet's `fftn(x).real`; TVM has no complex tensors): the real and
+    imaginary parts carried as two real tensors (`_complex_parts`). A select of the real (imaginary) part takes R
+    (I) itself."""
+    parts = _complex_parts(graph, node, node.args[0])
+    if parts is None:
+        return
+    re, im = parts
+    im = im if im is not None else _insert(graph, node, aten.mul.Tensor, (re, 0.0), _val(re))
+    last = _val(node).ndim - 1
+    for user in list(node.users):
+        if user.target is aten.select.int and user.args[1] in (-1, last) and user.args[2] in (0, 1, -1, -2):
+            user.replace_all_uses_with(re if user.args[2] in (0, -2) else im)
+    if node.users:
+        node.replace_all_uses_with(_insert(graph, node, aten.stack.default, ([re, im], -1), _val(node)))
+
+
+def _complex_parts(graph: torch.fx.Graph, node: torch.fx.Node, z: Any) -> tuple | None:
+    """(R, I) of the complex tensor `z` as real tensors (I None for zero), when z comes from a real float32 tensor
+    through casts to complex, FFTs (c2c, and r2c: one-sided too) and conjugates; else None. Each DFT along a
+    dimension of length n is two matmuls by C = cos(2 pi j k / n) and S = sin(2 pi j k / n) (forward F = C - i S):
+    (C - i S)(R + i I) = C R + S I + i (C I - S R). Cached in z's meta: a second view of z reuses them."""
+    if not isinstance(z, torch.fx.Node):
+        return None
+    if "autotune_parts" in z.meta:
+        return z.meta["autotune_parts"]
+    x = z.args[0] if z.target in (aten._to_copy.default, aten._fft_r2c.default) else None
+    real = isinstance(_val(x), torch.Tensor) and _val(x).dtype == torch.float32 and _all_ints(*_val(x).shape)
+    if z.target is aten._to_copy.default and real:
+        parts = (x, None)
+    elif z.target is aten._fft_r2c.default and real:
+        dims, norm, onesided = z.args[1:4]
+        parts = _dfts(graph, node, (x, None), dims, norm, True, onesided)
+    elif z.target in (aten._fft_c2c.default, aten._conj.default):
+        parts = _complex_parts(graph, node, z.args[0])
+        if parts is not None and z.target is aten._fft_c2c.default:
+            parts = _dfts(graph, node, parts, *z.args[1:4], onesided=False)
+        elif parts is not None:
+            parts = (parts[0], _add(graph, node, None, parts[1], -1.0))
+    else:
+        return None
+    z.meta["autotune_parts"] = parts
+    return parts
+
+
+def _dfts(graph: torch.fx.Graph, node: torch.fx.Node, parts: tuple, dims: list[int], norm: int, forward: bool,
+          onesided: bool) -> tuple:
+    """(R, I) after DFTs along `dims` (one-sided: the last keeps its first n // 2 + 1 outputs), ATen's norm mode
+    (0 none, 1 by sqrt(n), 2 by n, n the product of the lengths)."""
+    re, im = parts
+    shape = _val(re).shape
+    sign = 1.0 if forward else -1.0  # inverse: F = C + i S
+    for d in dims:
+        n = shape[d]
+        keep = n // 2 + 1 if onesided and d == dims[-1] else n
+        c, s = (_dft_matrix(graph, node, n, keep, fn) for fn in (aten.cos.default, aten.sin.default))
+        re, im = (_add(graph, node, _along(graph, node, c, re, d), _along(graph, node, s, im, d), sign),
+                  _add(graph, node, _along(graph, node, c, im, d), _along(graph, node, s, re, d), -sign))
+    count = math.prod(shape[d] for d in dims)
+    scale = {0: 1.0, 1: count ** -0.5, 2: 1.0 / count}[norm]
+    if scale == 1.0:
+        return re, im
+    return tuple(None if t is None else _insert(graph, node, aten.mul.Tensor, (t, scale), _val(t)) for t in (re, im))
+
+
+def _dft_matrix(graph: torch.fx.Graph, node: torch.fx.Node, n: int, keep: int, fn: Any) -> torch.fx.Node:
+    """[n, keep]: fn(2 pi ((k j) mod n) / n), from aranges (constants once TVM folds them)."""
+    rows = _insert(graph, node, aten.arange.default, (n,), torch.arange(n), {"dtype": torch.int64})
+    cols = _insert(graph, node, aten.arange.default, (keep,), torch.arange(keep), {"dtype": torch.int64})
+    column = _insert(graph, node, aten.view.default, (rows, [n, 1]), torch.arange(n).view(n, 1))
+    row = _insert(graph, node, aten.view.default, (cols, [1, keep]), torch.arange(keep).view(1, keep))
+    kj = _insert(graph, node, aten.mul.Tensor, (column, row), torch.empty(n, keep, dtype=torch.int64))
+    kj = _insert(graph, node, aten.remainder.Scalar, (kj, n), torch.empty(n, keep, dtype=torch.int64))
+    angle = _insert(graph, node, aten._to_copy.default, (kj,), torch.empty(n, keep), {"dtype": torch.float32})
+    angle = _insert(graph, node, aten.mul.Tensor, (angle, 2 * math.pi / n), torch.empty(n, keep))
+    return _insert(graph, node, fn, (angle,), torch.empty(n, keep))
+
+
+def _along(graph: torch.fx.Graph, node: torch.fx.Node, matrix: torch.fx.Node, x: torch.fx.Node | None,
+           dim: int) -> torch.fx.Node | None:
+    """sum_k x[.., k, ..] matrix[k, j] over dimension `dim` of x (which becomes j); None for x None (zero)."""
+    if x is None:
+        return None
+    shape = list(_val(x).shape)
+    dim %= len(shape)
+    last = dim == len(shape) - 1
+    axes = [*range(dim), *range(dim + 1, len(shape)), dim]  # dim moved last, and back by its inverse
+    moved = x if last else _insert(graph, node, aten.permute.default, (x, axes),
+                                   torch.empty([shape[a] for a in axes]))
+    width = _val(matrix).shape[1]
+    out = _insert(graph, node, aten.matmul.default, (moved, matrix),
+                  torch.empty([*_val(moved).shape[:-1], width]))
+    if last:
+        return out
+    shape[dim] = width
+    return _insert(graph, node, aten.permute.default, (out, [axes.index(a) for a in range(len(axes))]),
+                   torch.empty(shape))
+
+
+def _add(graph: torch.fx.Graph, node: torch.fx.Node, a: torch.fx.Node | None, b: torch.fx.Node | None,
+         sign: float) -> torch.fx.Node | None:
+    """a + sign * b, either None for zero."""
+    if b is None:
+        return a
+    b = b if sign == 1.0 else _insert(graph, node, aten.mul.Tensor, (b, sign), _val(b))
+    return b if a is None else _insert(graph, node, aten.add.Tensor, (a, b), _val(a))
 
 
 def _all_ints(*values: Any) -> bool:
@@ -242,5 +353,6 @@ FIXES = {
     aten.index_put.default: _masked_fill_as_where,
     aten.as_strided.default: _as_strided_as_gather,
     aten.unfold.default: _unfold_as_gather,
+    aten.view_as_real.default: _fft_as_matmuls,
     **dict.fromkeys((aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor), _float_scalar_promotes),
 }
