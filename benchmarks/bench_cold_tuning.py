@@ -29,6 +29,7 @@ MODES = {"warm": False, "flushed": True}
 
 def compare(name: str, args) -> list[str]:
     """Table rows of one model: per seed, the warm- and flush-tuned builds, and their mean."""
+    import torch
     from models import MODELS  # benchmarks/models.py
 
     from autotune.measure import LocalRunner, RunnerOptions
@@ -49,16 +50,23 @@ def compare(name: str, args) -> list[str]:
             tune_min[mode, seed] = (time.time() - t0) / 60
             builds[mode, seed] = build_model(captured, logs=[log])
     tvm_args = {key: built.tvm_args(*inputs) for key, built in builds.items()}
-    best = {key: float("inf") for key in builds}
+    torch.set_num_threads(args.threads)
+    best = {key: float("inf") for key in [*builds, "torch"]}
     for _ in range(args.rounds):
         for key, built in builds.items():
             best[key] = min(best[key], median_ms(lambda b=built, a=tvm_args[key]: b.run_tvm(a)))
-    rows = [f"| {name} | {seed} | {best['warm', seed]:.2f} | {best['flushed', seed]:.2f} | "
-            f"{best['warm', seed] / best['flushed', seed]:.2f}x | {tune_min['warm', seed]:.1f} / "
-            f"{tune_min['flushed', seed]:.1f} |" for seed in args.seeds]
+        with torch.no_grad():
+            best["torch"] = min(best["torch"], median_ms(lambda: model(*inputs)))
+    eager = best["torch"]
+
+    def row(seed: str, warm: float, flushed: float, minutes: str) -> str:
+        return (f"| {name} | {seed} | {warm:.2f} | {flushed:.2f} | {warm / flushed:.2f}x | {eager:.2f} | "
+                f"{eager / warm:.2f}x / {eager / flushed:.2f}x | {minutes} |")
+
+    rows = [row(str(seed), best["warm", seed], best["flushed", seed],
+                f"{tune_min['warm', seed]:.1f} / {tune_min['flushed', seed]:.1f}") for seed in args.seeds]
     mean = {mode: statistics.mean(best[mode, s] for s in args.seeds) for mode in MODES}
-    return rows + [f"| {name} | mean | {mean['warm']:.2f} | {mean['flushed']:.2f} | "
-                   f"{mean['warm'] / mean['flushed']:.2f}x | |"]
+    return rows + [row("mean", mean["warm"], mean["flushed"], "")]
 
 
 def main() -> None:
@@ -81,14 +89,14 @@ def main() -> None:
         body = "\n".join([
             f"## Tuning warm vs with the cache flushed: {name} (`benchmarks/bench_cold_tuning.py`)", "",
             f"CPU {cpu}, {args.threads} threads. Command: `python benchmarks/bench_cold_tuning.py --models {name} "
-            f"--trials {args.trials} --seeds {' '.join(map(str, args.seeds))}`. Per seed, two `tune_model` runs "
-            f"(xgb, {args.trials} trials): warm timing (the default) and `--cache-flush` (the operands after the "
-            f"first flushed before every timed call); each log built and the builds timed in {args.rounds} rounds one "
-            "after the other (least median ms per inference; tuning minutes include compilation, retuning skipped "
-            "when a log is complete).", "",
-            "| model | seed | warm-tuned build ms | flush-tuned build ms | speed-up of flush-tuned | "
-            "tuning min warm / flushed |",
-            "|---|---|---|---|---|---|", *rows])
+            f"--trials {args.trials} --seeds {' '.join(map(str, args.seeds))} --work {args.work}`. Per seed, two "
+            f"`tune_model` runs (xgb, {args.trials} trials): warm timing (the default) and `--cache-flush` (the "
+            "operands after the first flushed before every timed call); each log built and the builds timed in "
+            f"{args.rounds} rounds one after the other, PyTorch eager last in each round (least median ms per "
+            "inference; tuning minutes include compilation, retuning skipped when a log is complete).", "",
+            "| model | seed | warm-tuned build ms | flush-tuned build ms | speed-up of flush-tuned | PyTorch eager ms "
+            "(same rounds) | speed-up vs PyTorch, warm / flushed | tuning min warm / flushed |",
+            "|---|---|---|---|---|---|---|---|", *rows])
         report(f"bench_cold_tuning {name}", body)
 
 
