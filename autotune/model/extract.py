@@ -127,7 +127,8 @@ def _conv_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | 
     if len(set(strides)) != 1:
         const = _constant(call.args[1], lookup)
         if dilation != (1, 1) or const is None:
-            return Skipped(what, f"strides {strides} differ, {'dilated' if const is not None else 'weight computed'}")
+            why = "the convolution is dilated" if const is not None else "the weight is computed"
+            return Skipped(what, f"strides {strides} differ and {why}")
         return _phase_split(data, const.value.numpy(), strides, (top, bottom, left, right), groups, _shape(call),
                             target)
     if len(set(dilation)) != 1:
@@ -202,17 +203,18 @@ def _phase_split(data: tuple[int, ...], weight: np.ndarray, strides: tuple[int, 
     k, cg, r, s = weight.shape
     hq, wq, rq, sq = -(-(h + top + bottom) // sh), -(-(w + left + right) // sw), -(-r // sh), -(-s // sw)
     oh, ow = (h + top + bottom - r) // sh + 1, (w + left + right - s) // sw + 1
-    steps = (("pad", (0, 0, 0, 0, top, hq * sh - h - top, left, wq * sw - w - left)),
-             ("reshape", (n, c, hq, sh, wq, sw)), ("permute", (0, 1, 3, 5, 2, 4)), ("reshape", (n, c * sh * sw, hq, wq)))
+    pads = (0, 0, 0, 0, top, hq * sh - h - top, left, wq * sw - w - left)
+    steps = ((("pad", pads),) if any(pads) else ()) + (
+        ("reshape", (n, c, hq, sh, wq, sw)), ("permute", (0, 1, 3, 5, 2, 4)), ("reshape", (n, c * sh * sw, hq, wq)))
     full = np.zeros((k, cg, rq * sh, sq * sw), weight.dtype)
     full[:, :, :r, :s] = weight
-    phased = np.ascontiguousarray(full.reshape(k, cg, rq, sh, sq, sw).transpose(0, 1, 3, 5, 2, 4))
+    phased = full.reshape(k, cg, rq, sh, sq, sw).transpose(0, 1, 3, 5, 2, 4).reshape(k, cg * sh * sw, rq, sq)
     p = {"N": n, "C": c * sh * sw, "H": hq, "W": wq, "K": k, "R": rq, "S": sq}
     task = make_task("conv2d", p, target=target) if groups == 1 else make_task(
         "group_conv2d", {**p, "groups": groups}, target=target)
     crop = (("crop", (2, 3), (0, 0), (oh, ow)),) if (hq - rq + 1, wq - sq + 1) != (oh, ow) else ()
-    return Site(task, (n, c * sh * sw, hq, wq), phased.shape[:1] + (cg * sh * sw, rq, sq), out_shape or (n, k, oh, ow),
-                weight=relax.const(phased.reshape(k, cg * sh * sw, rq, sq)), data_steps=steps, out_steps=crop)
+    return Site(task, (n, c * sh * sw, hq, wq), phased.shape, out_shape or (n, k, oh, ow),
+                weight=relax.const(np.ascontiguousarray(phased)), data_steps=steps, out_steps=crop)
 
 
 def transposed_weight(weight: np.ndarray, strides: tuple[int, int], groups: int = 1) -> np.ndarray:
