@@ -16,9 +16,9 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
     TVM keeps the integer dtype and truncates the float: the tensor is cast first;
   - `x[mask] = v` with a bool mask over x's leading dimensions (Longformer): TVM's index_put takes integer indices
     only; it is where(mask, v, x);
-  - as_strided other than a contiguous view (Longformer's overlapping windows) fails TVM's importer, and unfold
-    (frames of a signal, `Tensor.unfold`) has none: both gather from the flattened tensor at indices built from
-    aranges (offset + sum of index_d * stride_d);
+  - as_strided other than a contiguous view (Longformer's overlapping windows, of a transposed tensor too) fails
+    TVM's importer, and unfold (frames of a signal, `Tensor.unfold`) has none: both gather from the flattened tensor
+    (its dimensions first put in storage order) at indices built from aranges (offset + sum of index_d * stride_d);
   - the real (or imaginary) part of FFTs of a real tensor (FNet's token mixing; TVM has no complex tensors): DFT
     matrices times the two parts, as real matmuls.
 """
@@ -189,12 +189,21 @@ def _as_strided_as_gather(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     data, size, stride = node.args[:3]
     offset = (node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")) or 0
     x = _val(data)
-    if not isinstance(x, torch.Tensor) or not x.is_contiguous() or not _all_ints(*size, *stride, offset):
-        return  # as_strided reads x's storage: x's flat index is its storage index only when x is contiguous
+    if not isinstance(x, torch.Tensor) or not _all_ints(*size, *stride, offset, *x.shape, *x.stride()):
+        return
+    # as_strided reads x's storage: x with its dimensions in storage order (strides descending), flattened, is that
+    # storage when x is dense (a permutation of a contiguous layout, as a transposed view is)
+    order = sorted(range(x.ndim), key=lambda d: (-x.stride(d), d))
+    dense = [x.stride(d) for d in order] == [math.prod(x.shape[e] for e in order[k + 1:]) for k in range(x.ndim)]
+    if not dense:
+        return
     offset -= x.storage_offset()
     view = offset == 0 and all(n == 1 or s == math.prod(size[d + 1:]) for d, (n, s) in enumerate(zip(size, stride)))
-    if not view:  # TVM's importer takes a contiguous view as a reshape
-        _gather(graph, node, data, size, stride, offset)
+    if view and x.is_contiguous():  # TVM's importer takes a contiguous view as a reshape
+        return
+    if order != sorted(order):
+        data = _insert(graph, node, aten.permute.default, (data, order), x.permute(order))
+    _gather(graph, node, data, size, stride, offset)
 
 
 def _unfold_as_gather(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
