@@ -49,6 +49,8 @@ RETIME_SHARE = 0.85  # configs first measured at this share of the best any run 
 RETIMES = 3
 RETIME_MAX = 96  # at most this many contenders per task, the best first measurements (on a flat landscape
 #                  hundreds of configs come within 85%: 804 for matmul on Zen 4, 20 minutes of re-timing each)
+RUN_TOP = 5  # each run's best first measurements are contenders too: a run made while the machine ran slow (its
+#              speed drifts by 20% within an hour) must not be scored by its first measurements alone
 
 
 class ReplayingRunner:
@@ -115,7 +117,7 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner, fres
     invocation), the median of RETIMES more timings; else the first measurement.
 
     A contender is a config first measured at RETIME_SHARE or more of the best first measurement of any run, and
-    among the RETIME_MAX best first measurements. One
+    among the RETIME_MAX best first measurements, or among the RUN_TOP best first measurements of its run. One
     timing varies by about 5% and the best of a thousand is mostly luck (here 5-10% above its own re-timings), so
     without this the 95% target rewards lucky draws. The re-timings are made in rounds, each over all contenders in
     a shuffled order, and kept in `retimed/retimed.jsonl` (a resumed benchmark times only new contenders;
@@ -139,6 +141,8 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner, fres
         log.rename(log.with_name(f"retimed-before-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
     timings = {i: [gflops_of(res) for res in results] for i, results in retimings(tdir).items()}
     contenders = set(sorted((i for i in gflops if gflops[i] >= cut), key=lambda i: -gflops[i])[:RETIME_MAX])
+    for records in runs:
+        contenders |= set(sorted({r.input.config.index for r in records}, key=lambda i: -gflops[i])[:RUN_TOP])
     todo = [i for i in sorted(contenders) if len(timings.get(i, [])) < RETIMES]
     if todo:
         print(f"{task}: timing {len(todo)} contenders {RETIMES} more times", flush=True)
@@ -196,6 +200,7 @@ def run_curves(args, work: Path):
     runs: dict[str, dict[str, list]] = {label: {} for label in tasks}  # label -> method -> each seed's records
     curves: dict[str, dict[str, list[list[float]]]] = {}  # label -> method -> best so far, one list per seed
     samples: dict[str, dict[str, list[list[float]]]] = {}  # the same, GFLOPS of each trial
+    drift: dict[str, dict[str, list[float]]] = {}  # label -> method -> re-timed / first GFLOPS of its re-timed configs
     try:
         order = [m for m in args.methods if not METHODS[m][2]] + [m for m in args.methods if METHODS[m][2]]
         for method in order:  # transfer runs last: they learn from the other tasks' xgb-loop logs
@@ -218,6 +223,12 @@ def run_curves(args, work: Path):
             all_runs = [records for by_seed in runs[label].values() for records in by_seed]
             scores = retime_contenders(task, all_runs, known[label], work / task.key, builder, runner,
                                        args.retime_fresh)
+            retimed = retimings(work / task.key)
+            for method, by_seed in runs[label].items():
+                firsts = {r.input.config.index: known[label].get(r.input.config.index, r.result)
+                          for records in by_seed for r in records}
+                drift.setdefault(label, {})[method] = [scores[i] * res.mean_s * 1e9 / task.flops
+                                                       for i, res in firsts.items() if res.ok and i in retimed]
             for method, by_seed in runs[label].items():
                 for records in by_seed:
                     values = per_trial(records, budget(args, method), scores)
@@ -226,7 +237,22 @@ def run_curves(args, work: Path):
     finally:
         builder.close()
         runner.close()
-    return curves, samples
+    return curves, samples, drift
+
+
+def drift_table(drift) -> list[str]:
+    """Per task and method: its configs' re-timed median over their first measurement (the machine's speed when the
+    contenders were re-timed, side by side, against its speed during the method's runs)."""
+    import numpy as np
+
+    rows = ["| task | method | configs re-timed | re-timed / first measurement, median (min..max) |",
+            "|---|---|---|---|"]
+    for label, by_method in drift.items():
+        for method, ratios in by_method.items():
+            if ratios:
+                rows.append(f"| {label} | {method} | {len(ratios)} | {np.median(ratios):.2f} "
+                            f"({min(ratios):.2f}..{max(ratios):.2f}) |")
+    return rows
 
 
 def budget(args, method: str) -> int:
@@ -608,7 +634,7 @@ def search_section(args, work: Path) -> str:
     from autotune.target import cpu_name, host_llvm_target
 
     t0 = time.time()
-    curves, samples = run_curves(args, work)
+    curves, samples, drift = run_curves(args, work)
     method_trials = (f"--method-trials {' '.join(f'{m}={n}' for m, n in args.method_trials)} "
                      if args.method_trials else "")
     own_section = args.section != "bench_search"  # a section beside the main tables: named, with its own PNG
@@ -630,7 +656,7 @@ def search_section(args, work: Path) -> str:
         "measured once per task and every run replays that first measurement. Scores: a config's first "
         "measurement, except for the "
         f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found, at most the "
-        f"{RETIME_MAX} best), which are "
+        f"{RETIME_MAX} best, and each run's {RUN_TOP} best), which are "
         f"timed {RETIMES} more times after all runs (rounds over all contenders in a shuffled order) and scored "
         + ("by the median of those timings (all timed again in this invocation, side by side): "
            if args.retime_fresh else
@@ -648,6 +674,11 @@ def search_section(args, work: Path) -> str:
         *(line for n in sorted({args.trials, budget(args, "random")}) for line in (
             "Trials each method needs, on the mean of its seeds' curves, to do as well as random search does "
             f"in {n}:", "", *match_random_table(curves, n), "")),
+        "### The machine's speed: re-timed against first measurements", "",
+        "Above 1: the machine ran faster when the contenders were re-timed than during the method's runs (a "
+        "config's first measurement is also the best of its draws, which alone pulls the ratio below 1). "
+        "Comparisons between methods run at different speeds favour the faster runs' configs.", "",
+        *drift_table(drift), "",
         "### Feature extraction speed", "", *extraction_speed(args.tasks), "",
         *(["### Cost model quality, leave one task out (loop features)", "",  # needs other tasks to train on
            *model_quality(work, args.tasks, sorted(Path(args.model_logs).glob("*.jsonl")) + args.extra_logs)]

@@ -88,48 +88,42 @@ class _Fourier(torch.nn.Module):
                 torch.fft.ifft(torch.fft.fft(x, dim=1), dim=1).real, torch.fft.fft(x, norm="forward").imag)
 
 
-@pytest.mark.parametrize("path", ["export", "compile"])
-def test_fft_parts_are_real_matmuls(path):
+def _on_tvm(model, x, path: str) -> list:
+    """The model's outputs built by `autotune build` ("export") or run by the torch.compile backend ("compile"),
+    where its graph must run on TVM (a fallback to eager fails the test)."""
     import warnings
 
     import autotune.torch_backend as tb
+
+    if path == "export":
+        return build_model(model, inputs=(x,))(x)
+    torch._dynamo.reset()
+    tb.clear_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tb.AutotuneFallbackWarning)
+        got = [t.numpy() for t in torch.compile(model, backend="autotune")(x)]
+    torch._dynamo.reset()
+    return got
+
+
+@pytest.mark.parametrize("path", ["export", "compile"])
+def test_fft_parts_are_real_matmuls(path):
     from autotune.model import capture, extract_tasks
 
     model = _Fourier().eval()
     x = torch.randn(2, 8, 16)
-    want = [t.numpy() for t in model(x)]
     if path == "export":
         assert {task.op for task, _ in extract_tasks(capture(model, (x,)))} == {"matmul"}
-        got = build_model(model, inputs=(x,))(x)
-    else:
-        torch._dynamo.reset()
-        tb.clear_cache()
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", tb.AutotuneFallbackWarning)  # the graph must run on TVM
-            got = [t.numpy() for t in torch.compile(model, backend="autotune")(x)]
-        torch._dynamo.reset()
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
+    for g, w in zip(_on_tvm(model, x, path), model(x)):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=2e-5)
 
 
 @pytest.mark.parametrize("path", ["export", "compile"])
 def test_importer_mismatches_are_mended(path):
-    import warnings
-
-    import autotune.torch_backend as tb
-
     model = _Masks().eval()
     x = torch.randn(1, 6, 4, 8)
     want = [t.numpy() for t in model(x)]
-    if path == "export":
-        got = build_model(model, inputs=(x,))(x)
-    else:
-        torch._dynamo.reset()
-        tb.clear_cache()
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", tb.AutotuneFallbackWarning)  # the graph must run on TVM
-            got = [t.numpy() for t in torch.compile(model, backend="autotune")(x)]
-        torch._dynamo.reset()
+    got = _on_tvm(model, x, path)
     assert [g.dtype for g in got] == [w.dtype for w in want]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
