@@ -646,6 +646,7 @@ def search_section(args, work: Path) -> str:
         f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
         f"--seeds {' '.join(map(str, args.seeds))}"
         + (f" --tasks {' '.join(repr(t) for t in args.tasks)}" if args.tasks != list(TASKS) else "")
+        + (f" --work {args.work}" if args.work != DEFAULT_WORK else "")
         + (f" --model-logs {args.model_logs}" if args.model_logs != MODEL_LOGS else "")
         + (f" --section {args.section}" if own_section else "")
         + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
