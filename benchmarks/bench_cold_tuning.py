@@ -77,6 +77,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "work", "cold_tuning"))
+    ap.add_argument("--tag", default="", help="appended to each RESULTS.md section's name (keeps earlier machines')")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
@@ -89,7 +90,8 @@ def main() -> None:
         body = "\n".join([
             f"## Tuning warm vs with the cache flushed: {name} (`benchmarks/bench_cold_tuning.py`)", "",
             f"CPU {cpu}, {args.threads} threads. Command: `python benchmarks/bench_cold_tuning.py --models {name} "
-            f"--trials {args.trials} --seeds {' '.join(map(str, args.seeds))} --work {args.work}`. Per seed, two "
+            f"--trials {args.trials} --seeds {' '.join(map(str, args.seeds))} --work {args.work}"
+            + (f" --tag {args.tag}" if args.tag else "") + "`. Per seed, two "
             f"`tune_model` runs (xgb, {args.trials} trials): warm timing (the default) and `--cache-flush` (the "
             "operands after the first flushed before every timed call); each log built and the builds timed in "
             f"{args.rounds} rounds one after the other, PyTorch eager last in each round (least median ms per "
@@ -97,7 +99,7 @@ def main() -> None:
             "| model | seed | warm-tuned build ms | flush-tuned build ms | speed-up of flush-tuned | PyTorch eager ms "
             "(same rounds) | speed-up vs PyTorch, warm / flushed | tuning min warm / flushed |",
             "|---|---|---|---|---|---|---|---|", *rows])
-        report(f"bench_cold_tuning {name}", body)
+        report(f"bench_cold_tuning {name}{args.tag}", body)
 
 
 if __name__ == "__main__":
