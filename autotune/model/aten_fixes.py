@@ -103,6 +103,15 @@ def _insert(graph: torch.fx.Graph, before: torch.fx.Node, target: Any, args: tup
     return node
 
 
+def _arange_along(graph: torch.fx.Graph, node: torch.fx.Node, n: int, axis: int, ndim: int) -> torch.fx.Node:
+    """arange(n) (int64) viewed with its n values along `axis` of `ndim` axes (1 on the others), inserted before
+    `node`: one index of a broadcast index expression."""
+    shape = [1] * ndim
+    shape[axis] = n
+    arange = _insert(graph, node, aten.arange.default, (n,), torch.arange(n), {"dtype": torch.int64})
+    return _insert(graph, node, aten.view.default, (arange, shape), torch.arange(n).view(shape))
+
+
 def _drop_empty_cat_inputs(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     parts = list(node.args[0])
     keep = [p for p in parts if not (isinstance(_val(p), torch.Tensor) and tuple(_val(p).shape) == (0,))]
@@ -137,12 +146,7 @@ def _index_sliced_dimensions(graph: torch.fx.Graph, node: torch.fx.Node) -> None
     if shape is None or not all(isinstance(v, torch.Tensor) for v in vals):
         return
     ndim = len(torch.broadcast_shapes(*(v.shape for v in vals)))
-    aranges = []
-    for q in range(p):
-        view = [int(shape[q])] + [1] * (p - 1 - q + ndim)
-        arange = _insert(graph, node, aten.arange.default, (int(shape[q]),), torch.arange(int(shape[q])),
-                         {"dtype": torch.int64})
-        aranges.append(_insert(graph, node, aten.view.default, (arange, view), _val(arange).view(view)))
+    aranges = [_arange_along(graph, node, int(shape[q]), 0, p - q + ndim) for q in range(p)]
     node.args = (data, [*aranges, *rest], *node.args[2:])
 
 
@@ -229,10 +233,7 @@ def _gather(graph: torch.fx.Graph, node: torch.fx.Node, data: torch.fx.Node, siz
     flat = _insert(graph, node, aten.reshape.default, (data, [x.numel()]), x.reshape(-1))
     index = None
     for d, (n, s) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[d] = n
-        arange = _insert(graph, node, aten.arange.default, (n,), torch.arange(n), {"dtype": torch.int64})
-        term = _insert(graph, node, aten.view.default, (arange, shape), _val(arange).view(shape))
+        term = _arange_along(graph, node, n, d, len(size))
         term = _insert(graph, node, aten.mul.Tensor, (term, s), _val(term) * s)
         index = term if index is None else _insert(graph, node, aten.add.Tensor, (index, term),
                                                    _val(index) + _val(term))
@@ -288,55 +289,54 @@ def _complex_parts(graph: torch.fx.Graph, node: torch.fx.Node, z: Any) -> tuple 
 def _dfts(graph: torch.fx.Graph, node: torch.fx.Node, parts: tuple, dims: list[int], norm: int, forward: bool,
           onesided: bool) -> tuple:
     """(R, I) after DFTs along `dims` (one-sided: the last keeps its first n // 2 + 1 outputs), ATen's norm mode
-    (0 none, 1 by sqrt(n), 2 by n, n the product of the lengths)."""
+    (0 none, 1 by sqrt(n), 2 by n, n the product of the lengths). Along a dimension, each part is moved to the
+    last axis once, multiplied by C and S there, and the two results moved back."""
     re, im = parts
-    shape = _val(re).shape
+    shape = list(_val(re).shape)
     sign = 1.0 if forward else -1.0  # inverse: F = C + i S
     for d in dims:
+        d %= len(shape)
         n = shape[d]
-        keep = n // 2 + 1 if onesided and d == dims[-1] else n
-        c, s = (_dft_matrix(graph, node, n, keep, fn) for fn in (aten.cos.default, aten.sin.default))
-        re, im = (_add(graph, node, _along(graph, node, c, re, d), _along(graph, node, s, im, d), sign),
-                  _add(graph, node, _along(graph, node, c, im, d), _along(graph, node, s, re, d), -sign))
-    count = math.prod(shape[d] for d in dims)
+        c, s = _dft_matrices(graph, node, n, n // 2 + 1 if onesided and d == dims[-1] % len(shape) else n)
+        axes = [*range(d), *range(d + 1, len(shape)), d]  # d moved last
+        re_l, im_l = (None if t is None else _permuted(graph, node, t, axes) for t in (re, im))
+        re, im = (_permuted(graph, node, t, [axes.index(a) for a in range(len(axes))]) for t in (
+            _add(graph, node, _matmul(graph, node, re_l, c), _matmul(graph, node, im_l, s), sign),
+            _add(graph, node, _matmul(graph, node, im_l, c), _matmul(graph, node, re_l, s), -sign)))
+        shape = list(_val(re).shape)
+    count = math.prod(_val(parts[0]).shape[d] for d in dims)
     scale = {0: 1.0, 1: count ** -0.5, 2: 1.0 / count}[norm]
     if scale == 1.0:
         return re, im
     return tuple(None if t is None else _insert(graph, node, aten.mul.Tensor, (t, scale), _val(t)) for t in (re, im))
 
 
-def _dft_matrix(graph: torch.fx.Graph, node: torch.fx.Node, n: int, keep: int, fn: Any) -> torch.fx.Node:
-    """[n, keep]: fn(2 pi ((k j) mod n) / n), from aranges (constants once TVM folds them)."""
-    rows = _insert(graph, node, aten.arange.default, (n,), torch.arange(n), {"dtype": torch.int64})
-    cols = _insert(graph, node, aten.arange.default, (keep,), torch.arange(keep), {"dtype": torch.int64})
-    column = _insert(graph, node, aten.view.default, (rows, [n, 1]), torch.arange(n).view(n, 1))
-    row = _insert(graph, node, aten.view.default, (cols, [1, keep]), torch.arange(keep).view(1, keep))
-    kj = _insert(graph, node, aten.mul.Tensor, (column, row), torch.empty(n, keep, dtype=torch.int64))
+def _dft_matrices(graph: torch.fx.Graph, node: torch.fx.Node, n: int, keep: int) -> tuple:
+    """C and S [n, keep]: cos and sin of 2 pi ((k j) mod n) / n, from aranges (constants once TVM folds them)."""
+    kj = _insert(graph, node, aten.mul.Tensor, (_arange_along(graph, node, n, 0, 2),
+                                                 _arange_along(graph, node, keep, 1, 2)),
+                 torch.empty(n, keep, dtype=torch.int64))
     kj = _insert(graph, node, aten.remainder.Scalar, (kj, n), torch.empty(n, keep, dtype=torch.int64))
     angle = _insert(graph, node, aten._to_copy.default, (kj,), torch.empty(n, keep), {"dtype": torch.float32})
     angle = _insert(graph, node, aten.mul.Tensor, (angle, 2 * math.pi / n), torch.empty(n, keep))
-    return _insert(graph, node, fn, (angle,), torch.empty(n, keep))
+    return tuple(_insert(graph, node, fn, (angle,), torch.empty(n, keep)) for fn in (aten.cos.default,
+                                                                                     aten.sin.default))
 
 
-def _along(graph: torch.fx.Graph, node: torch.fx.Node, matrix: torch.fx.Node, x: torch.fx.Node | None,
-           dim: int) -> torch.fx.Node | None:
-    """sum_k x[.., k, ..] matrix[k, j] over dimension `dim` of x (which becomes j); None for x None (zero)."""
+def _permuted(graph: torch.fx.Graph, node: torch.fx.Node, x: torch.fx.Node, axes: list[int]) -> torch.fx.Node:
+    """x with its axes in the order `axes` (x itself for the identity)."""
+    if axes == sorted(axes):
+        return x
+    return _insert(graph, node, aten.permute.default, (x, axes), torch.empty([_val(x).shape[a] for a in axes]))
+
+
+def _matmul(graph: torch.fx.Graph, node: torch.fx.Node, x: torch.fx.Node | None,
+            matrix: torch.fx.Node) -> torch.fx.Node | None:
+    """x @ matrix over x's last axis; None for x None (zero)."""
     if x is None:
         return None
-    shape = list(_val(x).shape)
-    dim %= len(shape)
-    last = dim == len(shape) - 1
-    axes = [*range(dim), *range(dim + 1, len(shape)), dim]  # dim moved last, and back by its inverse
-    moved = x if last else _insert(graph, node, aten.permute.default, (x, axes),
-                                   torch.empty([shape[a] for a in axes]))
-    width = _val(matrix).shape[1]
-    out = _insert(graph, node, aten.matmul.default, (moved, matrix),
-                  torch.empty([*_val(moved).shape[:-1], width]))
-    if last:
-        return out
-    shape[dim] = width
-    return _insert(graph, node, aten.permute.default, (out, [axes.index(a) for a in range(len(axes))]),
-                   torch.empty(shape))
+    return _insert(graph, node, aten.matmul.default, (x, matrix),
+                   torch.empty([*_val(x).shape[:-1], _val(matrix).shape[1]]))
 
 
 def _add(graph: torch.fx.Graph, node: torch.fx.Node, a: torch.fx.Node | None, b: torch.fx.Node | None,
