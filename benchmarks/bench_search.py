@@ -188,9 +188,96 @@ def trials_to_reach(c: list[float], target: float) -> int | None:
     return next((i + 1 for i, v in enumerate(c) if v >= target), None)
 
 
+class Turns:
+    """Lets threads take turns: one runs while the others wait (`wait`), then hands on to the next (`hand_on`)."""
+
+    def __init__(self, players: int):
+        import threading
+
+        self._cond = threading.Condition()
+        self._order = list(range(players))  # players still playing, in turn order
+        self._at = 0  # position in _order of the player whose turn it is
+        self._stopped = False
+
+    def wait(self, who: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopped or self._order[self._at] == who)
+            if self._stopped:
+                raise RuntimeError("stopped: another run failed or was interrupted")
+
+    def stop(self) -> None:
+        """Every waiting player raises; the one in its turn raises when it hands on."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def hand_on(self, who: int, leaving: bool = False) -> None:
+        with self._cond:
+            k = self._order.index(who)
+            if leaving:
+                self._order.pop(k)
+                self._at = k % len(self._order) if self._order else 0
+            else:
+                self._at = (k + 1) % len(self._order)
+            self._cond.notify_all()
+
+
+class TurnTakingRunner:
+    """Ends a tuning loop's turn after each batch it measures: the loops of one task step in turn, one batch each,
+    so that their trials of one round are measured minutes apart, at the machine's speed of that moment."""
+
+    def __init__(self, runner, turns: Turns, who: int):
+        self.runner, self.turns, self.who, self.threads = runner, turns, who, runner.threads
+
+    def run(self, inputs, builds):
+        results = self.runner.run(inputs, builds)
+        self.turns.hand_on(self.who)
+        self.turns.wait(self.who)
+        return results
+
+    def close(self):
+        pass
+
+
+def in_turns(jobs: list) -> list:
+    """Runs each job(runner_wrapper) in a thread of its own, taking turns batch by batch (`TurnTakingRunner`);
+    returns their results in order. Nothing runs beside a measurement: a thread computes only in its turn."""
+    import threading
+
+    turns, results, errors = Turns(len(jobs)), [None] * len(jobs), []
+
+    def play(k: int) -> None:
+        try:
+            turns.wait(k)
+            results[k] = jobs[k](lambda runner: TurnTakingRunner(runner, turns, k))
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            errors.append(e)
+            turns.stop()
+        finally:
+            turns.hand_on(k, leaving=True)
+
+    threads = [threading.Thread(target=play, args=(k,), daemon=True) for k in range(len(jobs))]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)  # a timed join lets Ctrl-C through to the caller
+    except BaseException:
+        turns.stop()  # the others end at their next turn, their logs complete up to their last batch
+        for t in threads:
+            t.join(60)
+        raise
+    if errors:
+        raise errors[0]
+    return results
+
+
 def run_curves(args, work: Path):
     """Runs every method and seed (a complete log is resumed, not run again), times the contenders again, and
-    returns the best-so-far curves and the per-trial GFLOPS: label -> method -> one list per seed."""
+    returns the best-so-far curves and the per-trial GFLOPS: label -> method -> one list per seed.
+
+    With --interleave, all runs of a task step in turn, one batch each (`in_turns`); else one run after another."""
     from autotune import make_task, tune
     from autotune.measure import LocalBuilder, LocalRunner
 
@@ -201,24 +288,39 @@ def run_curves(args, work: Path):
     curves: dict[str, dict[str, list[list[float]]]] = {}  # label -> method -> best so far, one list per seed
     samples: dict[str, dict[str, list[list[float]]]] = {}  # the same, GFLOPS of each trial
     drift: dict[str, dict[str, list[float]]] = {}  # label -> method -> re-timed / first GFLOPS of its re-timed configs
+    transfer_work = Path(args.transfer_work) if args.transfer_work else work
+
+    def job(method: str, label: str, seed: int):
+        tuner, options, transfer = METHODS[method]
+        task, tdir = tasks[label], work / tasks[label].key
+
+        def run(wrap=lambda r: r):
+            opts = dict(options)
+            if tuner == "xgb":
+                opts["transfer"] = transfer_records(transfer_work, task, Path(args.model_logs)) if transfer else []
+            t0 = time.time()
+            res = tune(task, trials=budget(args, method), tuner=tuner, log=tdir / f"{method}-s{seed}.jsonl",
+                       seed=seed, tuner_options=opts, builder=ReplayingBuilder(builder, known[label]),
+                       runner=wrap(ReplayingRunner(runner, known[label])), retime=0)
+            print(f"{label:22s} {method:13s} seed {seed}: best {res.best.gflops() if res.best else 0:6.1f} "
+                  f"GFLOPS, first measurements ({time.time() - t0:.0f} s)", flush=True)
+            return res.records[: budget(args, method)]
+        return run
+
     try:
         order = [m for m in args.methods if not METHODS[m][2]] + [m for m in args.methods if METHODS[m][2]]
-        for method in order:  # transfer runs last: they learn from the other tasks' xgb-loop logs
-            tuner, options, transfer = METHODS[method]
-            for label, task in tasks.items():
-                tdir = work / task.key
-                tdir.mkdir(parents=True, exist_ok=True)
-                for seed in args.seeds:
-                    opts = dict(options)
-                    if tuner == "xgb":
-                        opts["transfer"] = transfer_records(work, task, Path(args.model_logs)) if transfer else []
-                    t0 = time.time()
-                    res = tune(task, trials=budget(args, method), tuner=tuner, log=tdir / f"{method}-s{seed}.jsonl",
-                               seed=seed, tuner_options=opts, builder=ReplayingBuilder(builder, known[label]),
-                               runner=ReplayingRunner(runner, known[label]), retime=0)
-                    runs[label].setdefault(method, []).append(res.records[: budget(args, method)])
-                    print(f"{label:22s} {method:13s} seed {seed}: best {res.best.gflops() if res.best else 0:6.1f} "
-                          f"GFLOPS, first measurements ({time.time() - t0:.0f} s)", flush=True)
+        for task in tasks.values():
+            (work / task.key).mkdir(parents=True, exist_ok=True)
+        if args.interleave:
+            for label in tasks:
+                specs = [(method, seed) for seed in args.seeds for method in order]
+                for (method, _), records in zip(specs, in_turns([job(m, label, s) for m, s in specs])):
+                    runs[label].setdefault(method, []).append(records)
+        else:
+            for method in order:  # transfer runs last: they learn from the other tasks' xgb-loop logs
+                for label in tasks:
+                    for seed in args.seeds:
+                        runs[label].setdefault(method, []).append(job(method, label, seed)())
         for label, task in tasks.items():
             all_runs = [records for by_seed in runs[label].values() for records in by_seed]
             scores = retime_contenders(task, all_runs, known[label], work / task.key, builder, runner,
@@ -507,7 +609,8 @@ def kernel_quality(args, work: Path) -> list[str]:
             times = time_quality_kernels(args, work, label, task, seed)
             saved.write_text(json.dumps({"times": times, "started_from": args.quality_start if seed == 0 else None}))
         times = json.loads(saved.read_text())["times"]
-        ours, t_torch, t_ms = times["ours"], min(times["torch"], times.get("per_call", math.inf)), times.get("ms", math.nan)
+        ours, t_ms = times["ours"], times.get("ms", math.nan)
+        t_torch = min(times["torch"], times.get("per_call", math.inf))
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
         ratios_t.append(t_torch / ours)
         ratios_ms.append(t_ms / ours)
@@ -609,12 +712,21 @@ def main() -> None:
                          "e.g. a longer run of some tasks beside the main tables)")
     ap.add_argument("--extra-logs", type=Path, nargs="*", default=[],
                     help="more logs of other tasks for the leave-one-task-out model only (e.g. other shapes)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="run all methods and seeds of a task in turn, one batch each, so that each is measured at "
+                         "the machine's speed of the same minutes (it drifts by 20%% within an hour); needs "
+                         "--transfer-work for xgb-transfer")
+    ap.add_argument("--transfer-work", metavar="DIR",
+                    help="the work folder whose other tasks' xgb-loop logs xgb-transfer learns from (default: --work)")
     ap.add_argument("--retime-fresh", action="store_true",
                     help="time every contender again, side by side, rather than keep earlier invocations' "
                          "re-timings (the machine's speed drifts between invocations)")
     args = ap.parse_args()
     if args.quality_only and not args.quality_trials:
         ap.error("--quality-only needs --quality-trials")
+    if args.interleave and "xgb-transfer" in args.methods and not args.transfer_work:
+        ap.error("--interleave runs xgb-transfer beside xgb-loop, before the other tasks' xgb-loop logs exist: "
+                 "give those of an earlier invocation with --transfer-work DIR")
     reexec_clean(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -650,10 +762,16 @@ def search_section(args, work: Path) -> str:
         + (f" --model-logs {args.model_logs}" if args.model_logs != MODEL_LOGS else "")
         + (f" --section {args.section}" if own_section else "")
         + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
+        + (" --interleave" if args.interleave else "")
+        + (f" --transfer-work {args.transfer_work}" if args.transfer_work else "")
         + (" --retime-fresh" if args.retime_fresh else "")
         + f"`; CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads; "
         f"wall time of the runs {time.time() - t0:.0f} s "
-        "(runs found complete in their logs are not measured again). Each config is "
+        "(runs found complete in their logs are not measured again). "
+        + ("All runs of a task took turns, one batch of 8 trials each, so that a round's trials of every method "
+           "and seed were measured within minutes of each other (the machine's speed drifts by 20% within an "
+           "hour). " if args.interleave else "")
+        + "Each config is "
         "measured once per task and every run replays that first measurement. Scores: a config's first "
         "measurement, except for the "
         f"contenders (first measured at {RETIME_SHARE:.0%} or more of the best any run found, at most the "
@@ -665,7 +783,8 @@ def search_section(args, work: Path) -> str:
         + "one timing varies by about 5%, and the best of a thousand first "
         "measurements was mostly luck (5-10% above its own re-timings). "
         f"Tuning curves (mean over seeds, band = min..max): `benchmarks/{png}`. "
-        "xgb-transfer pre-trains on the other search tasks' xgb-loop logs and on the logs of other tasks in "
+        "xgb-transfer pre-trains on the other search tasks' xgb-loop logs"
+        + (f" in `{args.transfer_work}`" if args.transfer_work else "") + " and on the logs of other tasks in "
         f"`{args.model_logs}` ({len(list(Path(args.model_logs).glob('*.jsonl')))} files; by default the model "
         "benchmark's), never on the task "
         "itself." + ((" Leave-one-task-out models also train on those logs"
