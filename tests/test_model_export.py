@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -61,8 +63,8 @@ class _Masks(torch.nn.Module):
     (kept bool), comparisons and arithmetic of two bool tensors (not compiled), index tensors after sliced
     dimensions (broadcast against them: not imported when their shapes differ, as in F.unfold), an arange counting
     down (two elements too many), an integer tensor times a float (kept integer), assignments through a bool mask
-    (bool indices refused), any over all dimensions and unfold (no importer), and as_strided windows that overlap,
-    of a contiguous tensor or a transposed one (refused)."""
+    (bool indices refused), any over all dimensions and unfold (no importer), as_strided windows that overlap,
+    of a contiguous tensor or a transposed one (refused), and tensors filled with -inf or NaN (not compiled)."""
 
     def forward(self, x):
         a, b = x[..., 0] > 0, x[..., 1] > 0
@@ -75,7 +77,9 @@ class _Masks(torch.nn.Module):
                 x[0, 0, :, :1] + torch.arange(x.shape[2], -x.shape[2], -2)[:, None],
                 torch.arange(2.0, -1.0, -0.5) * x[0, 0, 0, :6], torch.arange(6) * 0.5 + x[0, 0, 1, :6], masked, lead,
                 torch.any(x > 2.5), x.reshape(12, 16).as_strided((5, 4, 16), (32, 16, 1)) * 2,
-                x.reshape(6, 32).t().as_strided((5, 8, 8), (32, 4, 1)) + 0, x[0, :, 0, :].t().unfold(1, 3, 2) + 1)
+                x.reshape(6, 32).t().as_strided((5, 8, 8), (32, 4, 1)) + 0, x[0, :, 0, :].t().unfold(1, 3, 2) + 1,
+                torch.full_like(x, -math.inf).where(x > 0, x), x.masked_fill(x < -1, -math.inf) * 2,
+                torch.full((2, 3), math.nan) + x[0, 0, 0, :3])
 
 
 class _Fourier(torch.nn.Module):

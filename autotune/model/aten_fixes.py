@@ -20,7 +20,9 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
     TVM's importer, and unfold (frames of a signal, `Tensor.unfold`) has none: both gather from the flattened tensor
     (its dimensions first put in storage order) at indices built from aranges (offset + sum of index_d * stride_d);
   - the real (or imaginary) part of FFTs of a real tensor (FNet's token mixing; TVM has no complex tensors): DFT
-    matrices times the two parts, as real matmuls.
+    matrices times the two parts, as real matmuls;
+  - a tensor filled with inf or NaN (Longformer's `full_like(x, -inf)`, `torch.full`): TVM's legalization
+    of `full` fails on one (topi.full tests `"float" in dtype` on a DataType); the fill is 0, the value added after.
 """
 
 from __future__ import annotations
@@ -348,6 +350,19 @@ def _add(graph: torch.fx.Graph, node: torch.fx.Node, a: torch.fx.Node | None, b:
     return b if a is None else _insert(graph, node, aten.add.Tensor, (a, b), _val(a))
 
 
+def _nonfinite_fill_added(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """full(size, v) / full_like(x, v) with v inf or NaN as the same fill of 0, plus v (masked_fill decomposes into
+    a where of a scalar_tensor, which TVM takes)."""
+    value, out = node.args[1], _val(node)
+    if not isinstance(value, float) or math.isfinite(value) or not isinstance(out, torch.Tensor):
+        return
+    node.args = (node.args[0], 0.0, *node.args[2:])
+    with graph.inserting_after(node):
+        added = graph.call_function(aten.add.Tensor, (node, value))
+    added.meta["val"] = out
+    node.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
+
+
 def _all_ints(*values: Any) -> bool:
     return all(isinstance(v, int) for v in values)
 
@@ -363,5 +378,6 @@ FIXES = {
     aten.as_strided.default: _as_strided_as_gather,
     aten.unfold.default: _unfold_as_gather,
     aten.view_as_real.default: _fft_as_matmuls,
+    **dict.fromkeys((aten.full.default, aten.full_like.default), _nonfinite_fill_added),
     **dict.fromkeys((aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor), _float_scalar_promotes),
 }
