@@ -3,6 +3,10 @@
     python benchmarks/bench_search.py --trials 64 --seeds 0 1 2             # curves + model quality
     python benchmarks/bench_search.py --quality-trials 300 --ms-trials 300   # + kernels vs torch / MetaSchedule
     python benchmarks/bench_search.py --quality-only --quality-trials 300    # only the kernels
+    python benchmarks/bench_search.py --interleave --transfer-work DIR        # runs of a task in turn, batch by batch
+
+On a machine whose speed drifts (the 2-core Xeon's rose by 12-50% within two hours), run with --interleave: methods
+run one after another are measured at different speeds, and the comparison favours the later ones.
 
 Every method/seed has its own log under --work (re-running resumes). A config measured once for a
 task is not measured again by another method or seed: its recorded result is replayed (the same
