@@ -293,6 +293,7 @@ def run_curves(args, work: Path):
     samples: dict[str, dict[str, list[list[float]]]] = {}  # the same, GFLOPS of each trial
     drift: dict[str, dict[str, list[float]]] = {}  # label -> method -> re-timed / first GFLOPS of its re-timed configs
     transfer_work = Path(args.transfer_work) if args.transfer_work else work
+    pretraining: dict[str, list] = {}  # label -> its transfer records, read once for all seeds
 
     def job(method: str, label: str, seed: int):
         tuner, options, transfer = METHODS[method]
@@ -301,7 +302,9 @@ def run_curves(args, work: Path):
         def run(wrap=lambda r: r):
             opts = dict(options)
             if tuner == "xgb":
-                opts["transfer"] = transfer_records(transfer_work, task, Path(args.model_logs)) if transfer else []
+                if transfer and label not in pretraining:
+                    pretraining[label] = transfer_records(transfer_work, task, Path(args.model_logs))
+                opts["transfer"] = pretraining[label] if transfer else []
             t0 = time.time()
             res = tune(task, trials=budget(args, method), tuner=tuner, log=tdir / f"{method}-s{seed}.jsonl",
                        seed=seed, tuner_options=opts, builder=ReplayingBuilder(builder, known[label]),
@@ -335,7 +338,6 @@ def run_curves(args, work: Path):
                           for records in by_seed for r in records}
                 drift.setdefault(label, {})[method] = [scores[i] * res.mean_s * 1e9 / task.flops
                                                        for i, res in firsts.items() if res.ok and i in retimed]
-            for method, by_seed in runs[label].items():
                 for records in by_seed:
                     values = per_trial(records, budget(args, method), scores)
                     samples.setdefault(label, {}).setdefault(method, []).append(values)
