@@ -84,7 +84,8 @@ class Settings:
             if not os.path.isfile(p):
                 raise AutotuneError(f"log {p} does not exist or is not a file")
         target = options.get("target", "llvm")
-        resolve_target(target)
+        if resolve_target(target)["kind"] != "llvm":
+            raise AutotuneError("the autotune torch.compile backend builds for the llvm (CPU) target only")
         return Settings(tuple(map(str, logs)), target, bool(options.get("verify", True)),
                         int(options.get("max_shapes", 8)))
 

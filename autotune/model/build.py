@@ -24,9 +24,10 @@ from ..target import vector_unit
 from ..task import Task
 from .activations import expand_activations
 from .capture import Captured, InputSpec, capture
-from .default_schedule import VECTOR, default_template_func, generic_schedule, schedule_block, vectorize_with_tail
+from .default_schedule import default_template_func, generic_schedule, schedule_block, vectorize_with_tail
 from .epilogue import mark_kernel, narrow_epilogues, schedule_fused
 from .extract import Site, classify, find_sites, merge_sites, resolve_target
+from .gpu_schedule import bind_block, gpu_generic_schedule
 from .reshapes import sink_reshapes
 from .rewrite import visit_functions
 
@@ -79,6 +80,7 @@ class BuiltModel:
     inputs: tuple[InputSpec, ...]
     executable: Any
     report: BuildReport
+    device: str = "cpu"  # where it runs: "cpu" (llvm) or "cuda"
     _vm: Any = None
 
     def _check(self, args: Sequence[Any]) -> list[np.ndarray]:
@@ -90,19 +92,28 @@ class BuiltModel:
                                 "(re-capture the model for other shapes)")
         return [np.ascontiguousarray(a) for a in arrays]
 
+    def _device(self) -> Any:
+        import tvm
+
+        dev = tvm.device(self.device)
+        if not dev.exist:
+            raise AutotuneError(f"{self.name} was built for {self.device} and this machine has no {self.device} "
+                                "device (export_library it and run it where there is one)")
+        return dev
+
     def vm(self) -> Any:
         if self._vm is None:
-            import tvm
             from tvm import relax
 
-            self._vm = relax.VirtualMachine(self.executable, tvm.cpu())
+            self._vm = relax.VirtualMachine(self.executable, self._device())
         return self._vm
 
     def tvm_args(self, *args: Any) -> list[Any]:
-        """Inputs checked against the guard and copied to TVM tensors."""
+        """Inputs checked against the guard and copied to TVM tensors on the model's device."""
         import tvm
 
-        return [tvm.runtime.tensor(a, tvm.cpu()) for a in self._check(args)]
+        dev = self._device()
+        return [tvm.runtime.tensor(a, dev) for a in self._check(args)]
 
     def run_tvm(self, tvm_args: Sequence[Any]) -> Any:
         """Run on prepared TVM tensors (for timing); returns TVM's output object."""
@@ -250,40 +261,56 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse
     return visit_functions(_Rewriter(mod))
 
 
+def _backend(kind: str) -> Any:
+    """TVM's Relax pipeline module of a target kind (its dispatch and VM lowering passes; we fuse and schedule)."""
+    if kind == "cuda":
+        from tvm.relax.backend.cuda import pipeline
+    else:
+        from tvm.relax.backend.cpu_generic import pipeline
+    return pipeline
+
+
+def _schedulers(target: dict, tvm_target: Any) -> tuple[Callable, Callable | None, Callable]:
+    """(schedule of an epilogue block left beside a kernel, vectorisation of a write-back loop or None, schedule of
+    any other function) for the target: parallel loops and vectors on a CPU, thread bindings and DLight on CUDA."""
+    if target["kind"] == "cuda":
+        return bind_block, None, lambda func: gpu_generic_schedule(func, tvm_target)
+    lanes = vector_unit(target)[0]
+    return (lambda sch, blk: schedule_block(sch, blk, lanes), lambda sch, loop: vectorize_with_tail(sch, loop, lanes),
+            lambda func: generic_schedule(func, tvm_target, lanes))
+
+
 def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_target: Any,
                 fuse: bool = True) -> tuple[Any, dict[str, str]]:
     """Rewrite, legalize, fuse and schedule: a module ready for the VM's lowering passes. `fuse`: the kernels'
     epilogues fused into them (else each kernel stays a function of its own)."""
     import tvm
     from tvm import relax, tirx
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     mod = expand_activations(sink_reshapes(_replace_calls(mod, target, kernels, fuse)))
     with tvm_target:  # sort, scan (cumsum), sampling: LegalizeOps leaves them to the backend's dispatch passes
-        mod = tvm.transform.Sequential(cpu.library_dispatch_passes(tvm_target))(mod)
+        mod = tvm.transform.Sequential(_backend(target["kind"]).library_dispatch_passes(tvm_target))(mod)
     mod = tvm.transform.Sequential([
         relax.transform.FastMathTransform(),  # softmax/exp/erf/tanh as vectorisable polynomials, not libm calls
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
         relax.transform.FuseOps(), *([narrow_epilogues()] if fuse else []), relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination()])(mod)
     generic: dict[str, str] = {}
-    lanes = vector_unit(target)[0] if target["kind"] == "llvm" else VECTOR
+    schedule_rest, vectorize, schedule_other = _schedulers(target, tvm_target)
     for gv, func in list(mod.functions_items()):
         if not isinstance(func, tirx.PrimFunc) or int(func.attrs.get("tirx.is_scheduled", 0) or 0):
             continue
         # a kernel and the elementwise ops FuseOps put after it, else any other function
-        fused = schedule_fused(func, lambda sch, blk: schedule_block(sch, blk, lanes),
-                               lambda sch, loop: vectorize_with_tail(sch, loop, lanes))
-        mod[gv], generic[gv.name_hint] = fused or generic_schedule(func, tvm_target, lanes)
+        mod[gv], generic[gv.name_hint] = schedule_fused(func, schedule_rest, vectorize) or schedule_other(func)
     return mod, generic
 
 
 def compile_lowered(mod: Any, tvm_target: Any) -> Any:
-    """Compile with the CPU backend's VM lowering only (our fusion and schedules stay as they are)."""
+    """Compile with the backend's VM lowering only (our fusion and schedules stay as they are)."""
     import tvm
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    passes = tvm.transform.Sequential(cpu.dataflow_lower_passes(tvm_target) + cpu.finalize_passes(tvm_target))
+    backend = _backend(str(tvm_target.kind.name))
+    passes = tvm.transform.Sequential(backend.dataflow_lower_passes(tvm_target) + backend.finalize_passes(tvm_target))
     return tvm.compile(mod, target=tvm_target, relax_pipeline=passes)
 
 
@@ -317,7 +344,7 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
         mod, report = lower_captured(captured, tgt, recs, fuse=False)
         executable = compile_lowered(mod, to_tvm_target(tgt))
         report.fusion = f"off ({why})"
-    return BuiltModel(captured.name, captured.inputs, executable, report)
+    return BuiltModel(captured.name, captured.inputs, executable, report, "cuda" if tgt["kind"] == "cuda" else "cpu")
 
 
 def lower_captured(captured: Captured, target: dict, records: Sequence[Record],

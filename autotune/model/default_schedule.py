@@ -42,6 +42,22 @@ CHOICE_PREFS: dict[str, dict[str, Any]] = {
 }
 
 
+# CUDA templates (4-level spatial tiles block/vthread/thread/inner, innermost first here): 16 x 16 threads of
+# 4 x 4 outputs for GEMMs, 8 x 2 x 8 threads of conv2d outputs, shared tiles 16 deep.
+CUDA_SPLIT_PREFS: dict[str, dict[str, tuple[int, ...]]] = {
+    "gemm": {"tile_i": (4, 16, 1), "tile_j": (4, 16, 1), "tile_k": (4, 4)},
+    "conv2d": {"tile_k": (4, 8, 1), "tile_y": (1, 2, 1), "tile_x": (2, 8, 1), "tile_c": (8,), "tile_r": (3,),
+               "tile_s": (3,)},
+    "depthwise_conv2d": {"tile_c": (1, 4, 1), "tile_y": (2, 4, 1), "tile_x": (2, 8, 1)},
+}
+CUDA_CHOICE_PREFS: dict[str, dict[str, Any]] = {
+    "gemm": {"fetch_vec": 4, "double_buffer": False, "auto_unroll": 512, "unroll_explicit": True},
+    "conv2d": {"auto_unroll": 512, "unroll_explicit": True},
+    "depthwise_conv2d": {"fetch": "shared", "auto_unroll": 512, "unroll_explicit": True},
+}
+FALLBACK_SAMPLES = 256  # random configs tried for one the target can run when no heuristic one can
+
+
 def _family(op: str) -> str:
     """Operators that share a template share its preferences."""
     return {"matmul": "gemm", "dense": "gemm", "batch_matmul": "gemm", "group_conv2d": "conv2d"}.get(op, op)
@@ -53,12 +69,16 @@ def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:
 
 
 def _pick(knob: Any, family: str, task: Task) -> Any:
+    cuda = task.target_kind == "cuda"
     if knob.kind == "split":
-        lanes = vector_unit(task.target)[0] if task.target_kind == "llvm" else VECTOR
-        prefs = (_lane_prefs(lanes).get(family, {}).get(knob.name)
-                 or SPLIT_PREFS.get(family, {}).get(knob.name, (VECTOR,)))
+        if cuda:
+            prefs = CUDA_SPLIT_PREFS.get(family, {}).get(knob.name, (4,))
+        else:
+            lanes = vector_unit(task.target)[0] if task.target_kind == "llvm" else VECTOR
+            prefs = (_lane_prefs(lanes).get(family, {}).get(knob.name)
+                     or SPLIT_PREFS.get(family, {}).get(knob.name, (VECTOR,)))
         return min(knob.candidates, key=lambda v: _split_score(v, prefs))
-    want = CHOICE_PREFS.get(family, {}).get(knob.name)
+    want = (CUDA_CHOICE_PREFS if cuda else CHOICE_PREFS).get(family, {}).get(knob.name)
     if knob.name == "pack_b":  # packing B costs a pass over it: only worth it with enough rows
         rows = task.shape.get("M", task.shape.get("batch", 1))
         want = "tile" if rows >= 16 else "none"
@@ -80,16 +100,30 @@ def heuristic_configs(space: ConfigSpace, task: Task, count: int = 8) -> list[Co
     return [space.get(i) for i in out]
 
 
-def default_template_func(template: Any, task: Task) -> tuple[Any, Config]:
-    """PrimFunc of the first heuristic config the template accepts."""
+def default_candidates(template: Any, task: Task) -> list[Config]:
+    """The heuristic configs (on CUDA then a random sample of the space) that the target can run: on a GPU, within
+    its limits of threads, shared memory and registers (`gpu_limits.check_config`); [] where none is."""
+    import numpy as np
+
+    from ..gpu_limits import check_config
+
     space = template.define_space(task)
+    candidates = heuristic_configs(space, task)
+    if task.target_kind == "cuda":
+        sample = space.sample(np.random.default_rng(0), FALLBACK_SAMPLES, exclude={c.index for c in candidates})
+        candidates += [space.get(i) for i in sample]
+    return [cfg for cfg in candidates if check_config(task, template, cfg) is None]
+
+
+def default_template_func(template: Any, task: Task) -> tuple[Any, Config]:
+    """PrimFunc of the first of the `default_candidates` the template accepts."""
     errors = []
-    for cfg in heuristic_configs(space, task):
+    for cfg in default_candidates(template, task):
         try:
             return template.kernel(task, cfg)["main"], cfg
         except Exception as err:  # noqa: BLE001 - an illegal config: try the next fallback
             errors.append(f"#{cfg.index}: {type(err).__name__}")
-    raise RuntimeError(f"no heuristic config of {template.name} applies: {'; '.join(errors)}")
+    raise RuntimeError(f"no heuristic config of {template.name} applies: {'; '.join(errors[:8]) or 'none fits'}")
 
 
 # ---- generic schedule of any PrimFunc -----------------------------------------------------

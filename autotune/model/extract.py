@@ -344,17 +344,39 @@ def _matmul_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site 
 
 def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var: None) -> Site | Skipped | None:
     """Site for a tunable call, Skipped for a conv/matmul autotune cannot take, None otherwise.
-    `lookup(var)`: the value bound to a variable of the function, if known."""
+    `lookup(var)`: the value bound to a variable of the function, if known. A call whose task has no template for
+    the target (a grouped convolution on CUDA) is Skipped."""
+    import search_spaces
+
     name = getattr(call.op, "name", "")
-    if name in ("relax.nn.conv2d", "relax.nn.conv1d"):
-        return _conv_site(call, target, lookup)
-    if name == "relax.nn.conv3d":
-        return _conv3d_site(call, target, lookup)
-    if name in ("relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose"):
-        return _conv_transpose_site(call, target, lookup)
-    if name == "relax.matmul":
-        return _matmul_site(call, target, lookup)
-    return None
+    site = {"relax.nn.conv2d": _conv_site, "relax.nn.conv1d": _conv_site, "relax.nn.conv3d": _conv3d_site,
+            "relax.nn.conv2d_transpose": _conv_transpose_site, "relax.nn.conv1d_transpose": _conv_transpose_site,
+            "relax.matmul": _matmul_site}.get(name)
+    found = site(call, target, lookup) if site is not None else None
+    if not isinstance(found, Site):
+        return found
+    task = found.task
+    ref = search_spaces.DEFAULT_TEMPLATES.get((task.op, task.target_kind))
+    if ref is None:
+        return Skipped(str(task), f"no {task.target_kind} template for {task.op}")
+    if task.target_kind == "cuda" and not _fits_gpu(task, ref):
+        return Skipped(str(task), f"no config of {ref} seen within the GPU's limits (e.g. a warp of threads)")
+    return found
+
+
+_FITS_GPU: dict[str, bool] = {}  # task key -> whether `_fits_gpu`
+
+
+def _fits_gpu(task: Task, ref: str) -> bool:
+    """Whether a config of the task's CUDA template fits the GPU (one of the default candidates does; a GEMV of
+    batch 1 over 1000 outputs does not: at most 25 threads a block). Such a task is left to TVM's DLight rules."""
+    import search_spaces
+
+    from .default_schedule import default_candidates
+
+    if task.key not in _FITS_GPU:
+        _FITS_GPU[task.key] = bool(default_candidates(search_spaces.resolve(ref), task))
+    return _FITS_GPU[task.key]
 
 
 def find_sites(mod: Any, target: dict) -> tuple[list[Site], list[Skipped]]:
@@ -399,13 +421,10 @@ def merge_sites(sites: list[Site]) -> list[tuple[Task, int]]:
 
 
 def resolve_target(target: str | dict) -> dict:
-    """Target dict of a user's target spec; the model path supports CPU (llvm) only for now."""
+    """Target dict of a user's target spec (llvm or cuda)."""
     from ..target import parse_target
 
-    tgt = parse_target(target)
-    if tgt["kind"] != "llvm":
-        raise AutotuneError(f"the model path supports the llvm (CPU) target only, not {tgt['kind']}")
-    return tgt
+    return parse_target(target)
 
 
 def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",

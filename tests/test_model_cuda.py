@@ -1,0 +1,136 @@
+"""The model path on CUDA: extraction, build with default and logged configs, epilogue fusion, DLight for the other
+functions; the generated CUDA is compiled by nvcc here (no GPU), run and compared with PyTorch on a GPU machine."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the model path needs PyTorch")
+
+from autotune.errors import AutotuneError
+from autotune.model import build_model, capture, extract_tasks
+from tests.conftest import FakeBuilder, SimulatedRunner
+
+CUDA = {"kind": "cuda", "arch": "sm_90"}
+
+
+class _Net(torch.nn.Module):
+    """A conv + batch norm + ReLU, a depthwise conv with GELU and a residual add, a grouped conv (no CUDA template:
+    left to TVM), a linear layer, layer norm and softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+        self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.grouped = torch.nn.Conv2d(16, 16, 3, padding=1, groups=4)
+        self.fc, self.ln = torch.nn.Linear(16 * 8 * 8, 10), torch.nn.LayerNorm(10)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        y = torch.nn.functional.gelu(self.dw(y)) + y
+        return torch.softmax(self.ln(self.fc(self.grouped(y).flatten(1))), -1)
+
+
+@pytest.fixture(scope="module")
+def net():
+    torch.manual_seed(0)
+    model, x = _Net().eval(), torch.randn(2, 3, 8, 8)
+    with torch.no_grad():  # batch norm statistics that are not the identity
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 2.0)
+    warnings.simplefilter("ignore")
+    return model, (x,), capture(model, (x,))
+
+
+def _cuda_source(built) -> str:
+    def find(mod):
+        if mod.kind == "cuda":
+            return mod
+        return next((m for m in map(find, mod.imports) if m is not None), None)
+
+    cuda = find(built.executable.mod)
+    assert cuda is not None, "no CUDA module in the executable"
+    return cuda.inspect_source()
+
+
+def test_extract_on_cuda_leaves_ops_without_a_template_to_tvm(net):
+    left: list[str] = []
+    tasks = extract_tasks(net[2], target=CUDA, left=left)
+    assert sorted(t.op for t, _ in tasks) == ["conv2d", "dense", "depthwise_conv2d"]
+    assert all(t.target_kind == "cuda" and t.target["arch"] == "sm_90" for t, _ in tasks)
+    assert len(left) == 1 and "group_conv2d" in left[0] and "no cuda template for group_conv2d" in left[0]
+
+
+def test_a_task_no_cuda_config_can_run_is_left_to_tvm():
+    """Batch-1 dense over 1000 outputs: at most 25 threads a block (divisors of 1000 up to 32 per axis), which the
+    GPU limits reject for a grid of many blocks; a DLight rule takes it."""
+    model = torch.nn.Linear(512, 1000).eval()
+    cap = capture(model, (torch.randn(1, 512),))
+    left: list[str] = []
+    assert extract_tasks(cap, target=CUDA, left=left) == []
+    assert len(left) == 1 and "within the GPU's limits" in left[0]
+    built = build_model(cap, target=CUDA)
+    assert built.report.kernels == [] and list(built.report.generic.values()) == ["dlight-reduction"]
+
+
+def test_cuda_build_with_default_schedules_compiles(net):
+    built = build_model(net[2], target=CUDA)
+    report = built.report
+    assert built.device == "cuda" and report.fusion == "on"
+    assert [k.tuned for k in report.kernels] == [False] * 3
+    how = set(report.generic.values())
+    assert any(h.startswith("epilogue fused") for h in how), how  # bias, batch norm, ReLU, GELU into the kernels
+    assert any(h.startswith("dlight-") for h in how), how  # layer norm, softmax, the grouped conv
+    src = _cuda_source(built)
+    assert len(re.findall(r"__global__ void", src)) >= len(report.generic)
+    if shutil.which("nvcc") is not None:  # the whole model's CUDA compiles (ptxas included)
+        import tvm
+        from tvm.support import nvcc
+
+        with tvm.target.Target(CUDA):
+            assert len(nvcc.compile_cuda(src, target_format="cubin", arch="sm_90", compiler="nvcc")) > 0
+    if not tvm_cuda_exists():
+        with pytest.raises(AutotuneError, match="no cuda device"):
+            built(*net[1])
+
+
+def test_cuda_build_applies_the_logged_config(net, tmp_path):
+    import search_spaces
+    from autotune.tune import tune
+
+    [dense] = [t for t, _ in extract_tasks(net[2], target=CUDA) if t.op == "dense"]
+    log = tmp_path / "dense.jsonl"
+    tune(dense, trials=12, tuner="random", log=log, builder=FakeBuilder(), retime=0,
+         runner=SimulatedRunner(lambda cfg: 1e-5 if cfg["fetch_vec"] == 1 else 1e-3))
+    built = build_model(net[2], logs=[log], target=CUDA)
+    [kernel] = [k for k in built.report.kernels if k.task.op == "dense"]
+    space = search_spaces.resolve(search_spaces.default_template_ref("dense", "cuda")).define_space(dense)
+    assert kernel.tuned and space.get(kernel.config_index)["fetch_vec"] == 1
+    assert "__global__" in _cuda_source(built)
+
+
+def test_torch_backend_refuses_cuda():
+    from autotune.torch_backend import Settings
+
+    with pytest.raises(AutotuneError, match="llvm"):
+        Settings.parse({"target": "cuda"})
+
+
+def tvm_cuda_exists() -> bool:
+    import tvm
+
+    return bool(tvm.cuda(0).exist)
+
+
+def test_cuda_model_matches_torch_on_gpu(net):
+    if not tvm_cuda_exists():
+        pytest.skip("no CUDA device: the built model runs on a GPU machine")
+    model, inputs, captured = net
+    built = build_model(captured, target=CUDA)
+    with torch.no_grad():
+        np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-5)
