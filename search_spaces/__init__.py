@@ -24,6 +24,7 @@ DEFAULT_TEMPLATES: dict[tuple[str, str], str] = {
     ("dense", "cuda"): "search_spaces.cuda_gemm:DENSE_CUDA",
     ("batch_matmul", "cuda"): "search_spaces.cuda_gemm:BATCH_MATMUL_CUDA",
     ("conv2d", "cuda"): "search_spaces.cuda_conv2d:CONV2D_CUDA",
+    ("group_conv2d", "cuda"): "search_spaces.cuda_conv2d:GROUP_CONV2D_CUDA",
     ("depthwise_conv2d", "cuda"): "search_spaces.cuda_depthwise:DEPTHWISE_CUDA",
 }
 

@@ -6,6 +6,9 @@ Loops of block "conv": n, k, y, x (spatial), c, r, s (reduction). Tiling:
 At s0 the input window (c1 channels x rows x cols that the block's outputs need for r1 x s1 taps)
 and the weight tile [BK, c1, r1, s1] are copied to shared memory by all threads; the zero-padding
 block is inlined into that copy. The accumulator is a per-thread local array.
+A grouped convolution (`group_conv2d`) is `groups` convolutions side by side: k is split into the group g and the
+channel within it, g joins n and k0 on blockIdx.z, and the tiles of k and c are tiles of one group's channels, so
+a block stages only its group's input channels.
 """
 
 from __future__ import annotations
@@ -33,15 +36,23 @@ MAX_C_TILE = 64  # input channels staged in shared memory per step
 MAX_THREAD_K = 16  # threadIdx.z of the output-channel axis (CUDA allows 64)
 
 
-def define_space(task: Task) -> ConfigSpace:
-    """4-level tiles of k, y, x; 2-level tiles of c, r, s; unrolling."""
+def _groups(task: Task) -> tuple[int, int, int]:
+    """(groups, output channels of a group, input channels of a group)."""
     p = task.shape
-    _, k_out, oh, ow = output_shape(task)
+    g = p.get("groups", 1)
+    return g, p["K"] // g, p["C"] // g
+
+
+def define_space(task: Task) -> ConfigSpace:
+    """4-level tiles of k, y, x (k: one group's channels); 2-level tiles of c (one group's), r, s; unrolling."""
+    p = task.shape
+    _, k_group, c_group = _groups(task)
+    _, _, oh, ow = output_shape(task)
     return ConfigSpace(knobs=(
-        gpu_tile_knob("tile_k", k_out, max_thread=MAX_THREAD_K),
+        gpu_tile_knob("tile_k", k_group, max_thread=MAX_THREAD_K),
         gpu_tile_knob("tile_y", oh),
         gpu_tile_knob("tile_x", ow),
-        reduce_tile_knob("tile_c", p["C"], 2, max_tile=MAX_C_TILE),
+        reduce_tile_knob("tile_c", c_group, 2, max_tile=MAX_C_TILE),
         reduce_tile_knob("tile_r", p["R"], 2, max_tile=p["R"]),
         reduce_tile_knob("tile_s", p["S"], 2, max_tile=p["S"]),
         *unroll_knobs(),
@@ -55,14 +66,18 @@ def apply(task: Task, cfg: Config):
     sch = s_tir.Schedule(prim_func(task))
     blk = sch.get_sblock("conv")
     n, k, y, x, c, r, s = sch.get_loops(blk)
+    groups, k_group, _ = _groups(task)
+    g = []  # the group loop, outside the tiles of k
+    if groups > 1:
+        *g, k = sch.split(k, [groups, k_group])
     k0, k1, k2, k3 = split(sch, k, cfg["tile_k"])
     y0, y1, y2, y3 = split(sch, y, cfg["tile_y"])
     x0, x1, x2, x3 = split(sch, x, cfg["tile_x"])
     c0, c1 = split(sch, c, cfg["tile_c"])
     r0, r1 = split(sch, r, cfg["tile_r"])
     s0, s1 = split(sch, s, cfg["tile_s"])
-    sch.reorder(n, k0, y0, x0, k1, y1, x1, k2, y2, x2, c0, r0, s0, c1, r1, s1, k3, y3, x3)
-    bz = sch.fuse(n, k0)
+    sch.reorder(n, *g, k0, y0, x0, k1, y1, x1, k2, y2, x2, c0, r0, s0, c1, r1, s1, k3, y3, x3)
+    bz = sch.fuse(n, *g, k0)
     bind_levels(sch, [bz, y0, x0], [k1, y1, x1], [k2, y2, x2])
     accumulate_locally(sch, blk, x2)
     threads = (cfg["tile_k"][2], cfg["tile_y"][2], cfg["tile_x"][2])
@@ -91,10 +106,11 @@ def kernel_resources(task: Task, cfg: Config) -> KernelResources:
     shared = c1 * rows * cols + block_tile(tk) * c1 * r1 * s1
     acc = thread_tile(tk) * thread_tile(ty) * thread_tile(tx)
     return KernelResources(
-        block=(tx[2], ty[2], tk[2]), grid=(tx[0], ty[0], p["N"] * tk[0]),
+        block=(tx[2], ty[2], tk[2]), grid=(tx[0], ty[0], p["N"] * _groups(task)[0] * tk[0]),
         shared_bytes=shared * FLOAT_BYTES,
         registers=acc + thread_tile(tk) + thread_tile(ty) * thread_tile(tx) + REGISTER_OVERHEAD,
         vthreads=tk[1] * ty[1] * tx[1])
 
 
 CONV2D_CUDA = Template("conv2d_cuda", "conv2d", "cuda", define_space, apply)
+GROUP_CONV2D_CUDA = Template("group_conv2d_cuda", "group_conv2d", "cuda", define_space, apply)

@@ -18,7 +18,7 @@ from autotune.space import Config
 from autotune.target import compile_kernel
 from autotune.task import Task, make_task
 from search_spaces.base import Template
-from search_spaces.cuda_conv2d import CONV2D_CUDA
+from search_spaces.cuda_conv2d import CONV2D_CUDA, GROUP_CONV2D_CUDA
 from search_spaces.cuda_depthwise import DEPTHWISE_CUDA
 from search_spaces.cuda_gemm import BATCH_MATMUL_CUDA, DENSE_CUDA, MATMUL_CUDA
 from search_spaces.matmul import MATMUL_CPU
@@ -33,7 +33,7 @@ GOOD_CONV = {"tile_k": (4, 2, 4, 2), "tile_y": (7, 1, 8, 1), "tile_x": (4, 1, 14
              "tile_r": (1, 3), "tile_s": (1, 3), **UNROLL}
 
 TEMPLATES = {"matmul": MATMUL_CUDA, "dense": DENSE_CUDA, "batch_matmul": BATCH_MATMUL_CUDA,
-             "conv2d": CONV2D_CUDA, "depthwise_conv2d": DEPTHWISE_CUDA}
+             "conv2d": CONV2D_CUDA, "depthwise_conv2d": DEPTHWISE_CUDA, "group_conv2d": GROUP_CONV2D_CUDA}
 CASES = [
     ("matmul", MM_1024),
     ("matmul", "M=17,N=33,K=19"),
@@ -46,6 +46,8 @@ CASES = [
     ("conv2d", "N=2,C=8,H=9,W=9,K=16,R=1,S=1"),
     ("depthwise_conv2d", "C=64,H=56,W=56,R=3,S=3,padding=1"),
     ("depthwise_conv2d", "N=2,C=7,H=9,W=9,R=3,S=3"),
+    ("group_conv2d", "C=32,H=14,W=14,K=64,R=3,S=3,groups=4,padding=1"),
+    ("group_conv2d", "N=2,C=12,H=9,W=9,K=6,R=3,S=3,groups=3,stride=2,padding=2,dilation=2"),
 ]
 CONFIGS_PER_CASE = 3
 SHARED_ARRAY = re.compile(r"__shared__[^;]*?\bfloat (\w+?)(?:_ptr)?\[(\d+)\]")
@@ -245,7 +247,7 @@ def _check_on_gpu(template: Template, task: Task, configs: list[Config]) -> None
         assert check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape)) is None, cfg.knobs
 
 
-@pytest.mark.parametrize("op,shape", [CASES[1], CASES[3], CASES[5], CASES[7], CASES[10]])
+@pytest.mark.parametrize("op,shape", [CASES[1], CASES[3], CASES[5], CASES[7], CASES[10], CASES[12]])
 def test_random_configs_are_numerically_correct_on_gpu(op: str, shape: str) -> None:
     task, template = _task(op, shape), TEMPLATES[op]
     _check_on_gpu(template, task, _valid_configs(template, task, CONFIGS_PER_CASE))

@@ -20,8 +20,8 @@ CUDA = {"kind": "cuda", "arch": "sm_90"}
 
 
 class _Net(torch.nn.Module):
-    """A conv + batch norm + ReLU, a depthwise conv with GELU and a residual add, a grouped conv (no CUDA template:
-    left to TVM), a linear layer, layer norm and softmax."""
+    """A conv + batch norm + ReLU, a depthwise conv with GELU and a residual add, a grouped conv, a linear layer,
+    layer norm and softmax."""
 
     def __init__(self):
         super().__init__()
@@ -58,12 +58,24 @@ def _cuda_source(built) -> str:
     return cuda.inspect_source()
 
 
-def test_extract_on_cuda_leaves_ops_without_a_template_to_tvm(net):
+def test_extract_on_cuda(net):
     left: list[str] = []
     tasks = extract_tasks(net[2], target=CUDA, left=left)
-    assert sorted(t.op for t, _ in tasks) == ["conv2d", "dense", "depthwise_conv2d"]
+    assert sorted(t.op for t, _ in tasks) == ["conv2d", "dense", "depthwise_conv2d", "group_conv2d"]
     assert all(t.target_kind == "cuda" and t.target["arch"] == "sm_90" for t, _ in tasks)
-    assert len(left) == 1 and "group_conv2d" in left[0] and "no cuda template for group_conv2d" in left[0]
+    assert left == []
+
+
+def test_an_op_without_a_template_for_the_target_is_left_to_tvm(net, monkeypatch):
+    import search_spaces
+
+    monkeypatch.delitem(search_spaces.DEFAULT_TEMPLATES, ("group_conv2d", "cuda"))
+    left: list[str] = []
+    tasks = extract_tasks(net[2], target=CUDA, left=left)
+    assert "group_conv2d" not in {t.op for t, _ in tasks}
+    assert len(left) == 1 and "no cuda template for group_conv2d" in left[0]
+    built = build_model(net[2], target=CUDA)
+    assert len(built.report.kernels) == 3 and "group_conv2d" in built.report.skipped[0]
 
 
 def test_a_task_no_cuda_config_can_run_is_left_to_tvm():
@@ -82,10 +94,10 @@ def test_cuda_build_with_default_schedules_compiles(net):
     built = build_model(net[2], target=CUDA)
     report = built.report
     assert built.device == "cuda" and report.fusion == "on"
-    assert [k.tuned for k in report.kernels] == [False] * 3
+    assert [k.tuned for k in report.kernels] == [False] * 4
     how = set(report.generic.values())
     assert any(h.startswith("epilogue fused") for h in how), how  # bias, batch norm, ReLU, GELU into the kernels
-    assert any(h.startswith("dlight-") for h in how), how  # layer norm, softmax, the grouped conv
+    assert any(h.startswith("dlight-") for h in how), how  # layer norm, softmax
     src = _cuda_source(built)
     assert len(re.findall(r"__global__ void", src)) >= len(report.generic)
     if shutil.which("nvcc") is not None:  # the whole model's CUDA compiles (ptxas included)
