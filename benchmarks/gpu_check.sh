@@ -20,8 +20,8 @@
 # which left no time for MetaSchedule on conv2d: each task's tuning ~100 s, MetaSchedule 64 trials 140-160 s).
 # `run` at once after `unpack` (a machine stays warm only 30 s idle), device timeout 580; DEADLINE_S=520
 # fitted both tasks and both MetaSchedule runs (about 530 s). `run` now first runs the GPU numeric tests
-# (at most 60 s), so the default DEADLINE_S is 470: MetaSchedule on the second task may not fit (its
-# 64-trial figure is in RESULTS.md gpu_h200). Give the machine back after.
+# (at most 60 s) and the whole-model comparison (`gpu_model.py`, at most 120 s), so the default DEADLINE_S is
+# 380: MetaSchedule may not fit (its 64-trial figures are in RESULTS.md gpu_h200). Give the machine back after.
 # Rehearse here first: `GPU_SITE=.gpu/site bash benchmarks/gpu_check.sh unpack`, then PYTHONPATH=.gpu/site
 # with a Python 3.12 venv holding numpy, scipy, ml_dtypes,
 # typing_extensions, cloudpickle, psutil and tqdm (as the GPU image has) runs everything up to the first
@@ -66,8 +66,11 @@ run)
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_templates.py tests/test_model_cuda.py \
       -k on_gpu 2>&1 \
       | tee "$out/gpu_tests.log" | tail -15 || echo "GPU numeric tests failed or timed out"
+  # whole models built for CUDA (heuristic configs) against TVM's own CUDA pipeline and PyTorch eager
+  timeout 120 python3 benchmarks/gpu_model.py --out "$out" 2>&1 | tee "$out/gpu_model.log" | tail -6 \
+      || echo "gpu_model.py failed or timed out"
   python3 benchmarks/gpu_compare.py --trials "${TRIALS:-200}" --task-budget-s "${TASK_BUDGET_S:-90}" \
-      --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-470}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
+      --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-380}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
   python3 -m autotune.cli tune conv2d --shape N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1 --target cuda \
       --build-only --trials 8 --log "$out/cli_build_only.jsonl"
   ;;

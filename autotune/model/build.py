@@ -92,7 +92,7 @@ class BuiltModel:
                                 "(re-capture the model for other shapes)")
         return [np.ascontiguousarray(a) for a in arrays]
 
-    def _device(self) -> Any:
+    def tvm_device(self) -> Any:
         import tvm
 
         dev = tvm.device(self.device)
@@ -105,14 +105,14 @@ class BuiltModel:
         if self._vm is None:
             from tvm import relax
 
-            self._vm = relax.VirtualMachine(self.executable, self._device())
+            self._vm = relax.VirtualMachine(self.executable, self.tvm_device())
         return self._vm
 
     def tvm_args(self, *args: Any) -> list[Any]:
         """Inputs checked against the guard and copied to TVM tensors on the model's device."""
         import tvm
 
-        dev = self._device()
+        dev = self.tvm_device()
         return [tvm.runtime.tensor(a, dev) for a in self._check(args)]
 
     def run_tvm(self, tvm_args: Sequence[Any]) -> Any:
