@@ -14,6 +14,8 @@ torch = pytest.importorskip("torch", reason="the model path needs PyTorch")
 
 from autotune.errors import AutotuneError
 from autotune.model import build_model, capture, extract_tasks
+from autotune.model.build import best_by_task
+from autotune.records import load_records
 from tests.conftest import FakeBuilder, SimulatedRunner
 
 CUDA = {"kind": "cuda", "arch": "sm_90"}
@@ -123,6 +125,24 @@ def test_cuda_build_applies_the_logged_config(net, tmp_path):
     [kernel] = [k for k in built.report.kernels if k.task.op == "dense"]
     space = search_spaces.resolve(search_spaces.default_template_ref("dense", "cuda")).define_space(dense)
     assert kernel.tuned and space.get(kernel.config_index)["fetch_vec"] == 1
+    assert "__global__" in _cuda_source(built)
+
+
+def test_tune_model_on_cuda_then_build(net, tmp_path):
+    """tune_model's whole loop on CUDA tasks (the xgb tuner on loop features of CUDA schedules; the GPU simulated),
+    then a build from its log: every task on its logged best config."""
+    from autotune.model import tune_model
+
+    log = tmp_path / "net.jsonl"
+    runner = SimulatedRunner(lambda cfg: 1e-4 * (1 + cfg.index % 7))
+    result = tune_model(net[2], trials=32, log=log, target=CUDA, tuner="xgb", builder=FakeBuilder(), runner=runner,
+                        round_trials=8, retime=0)
+    assert result.spent == 32 and sum(s.trials for s in result.states) == 32
+    built = build_model(net[2], logs=[log], target=CUDA)
+    best = best_by_task(load_records([log]))
+    assert [k.tuned for k in built.report.kernels] == [True] * 4
+    assert [k.config_index for k in built.report.kernels] == [best[k.task.key].input.config.index
+                                                             for k in built.report.kernels]
     assert "__global__" in _cuda_source(built)
 
 
