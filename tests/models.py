@@ -48,7 +48,8 @@ class TinyAttention(nn.Module):
 class GroupedBlock(nn.Module):
     """A ResNeXt-style bottleneck (1x1, grouped 3x3 + batch norm, 1x1, residual), then a strided, dilated grouped
     convolution, a dilated depthwise one, a depthwise one with a channel multiplier of 2, a grouped one strided over
-    H only (DeepSpeech2's, a text recogniser's) and one dilated over W only (left to TVM)."""
+    H only (DeepSpeech2's, a text recogniser's), one dilated over W only (an undilated one over the data's phases) and
+    one both strided and dilated over W only (left to TVM)."""
 
     def __init__(self):
         super().__init__()
@@ -61,13 +62,14 @@ class GroupedBlock(nn.Module):
         self.multiplier = nn.Conv2d(24, 48, 3, padding=1, groups=24)
         self.rows = nn.Conv2d(48, 24, 3, stride=(2, 1), padding=1, groups=3)
         self.wide = nn.Conv2d(24, 8, 3, padding=(1, 2), dilation=(1, 2))
+        self.strided_wide = nn.Conv2d(8, 8, 3, stride=2, padding=(1, 2), dilation=(1, 2))
 
     def forward(self, x):
         y = torch.relu(self.reduce(x))
         y = torch.relu(self.bn(self.grouped(y)))
         y = self.down(self.expand(y) + x)
         y = self.multiplier(torch.relu(self.dilated_dw(y)))
-        return self.wide(torch.relu(self.rows(y)))
+        return self.strided_wide(torch.relu(self.wide(torch.relu(self.rows(y)))))
 
 
 class Conv1dBlock(nn.Module):

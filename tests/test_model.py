@@ -143,7 +143,8 @@ def test_packed_conv_kernel_gets_its_weight_packed(op, weight, tmp_path):
 def test_grouped_convolutions_are_tasks_and_build_right():
     """Grouped convolutions (ResNeXt, RegNet), dilated depthwise ones and depthwise ones with a channel multiplier
     are group_conv2d tasks (the batch norm after one folded into it); strides that differ over H and W are a stride-1
-    convolution over the data's phases (`_phase_split`), and the model builds right."""
+    convolution over the data's phases (`_phase_split`), dilations that differ an undilated one over the phases
+    batched (`_dilation_split`), and the model builds right."""
     model, inputs = grouped_block()
     cap = capture(model, inputs)
     assert _summary(extract_tasks(cap)) == sorted([
@@ -154,12 +155,33 @@ def test_grouped_convolutions_are_tasks_and_build_right():
         _expect("group_conv2d", 1, C=24, H=6, W=6, K=24, R=3, S=3, groups=24, padding=2, dilation=2),
         _expect("group_conv2d", 1, C=24, H=6, W=6, K=48, R=3, S=3, groups=24, padding=1),
         _expect("group_conv2d", 1, C=96, H=4, W=8, K=24, R=2, S=3, groups=3),  # strides (2, 1): 2 row phases
+        _expect("conv2d", 1, N=2, C=24, H=5, W=5, K=8, R=3, S=3),  # dilations (1, 2): 2 column phases, batched
     ])
     built = build_model(cap)
-    assert len(built.report.kernels) == 7
-    assert [s.split(":")[1].strip() for s in built.report.skipped] == ["dilations (1, 2) differ"]
+    assert len(built.report.kernels) == 8
+    assert [s.split(":")[1].strip() for s in built.report.skipped] == [
+        "dilations (1, 2) differ and the convolution is strided"]
     with torch.no_grad():
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("conv,op", [
+    (dict(in_channels=6, out_channels=6, kernel_size=(3, 2), padding=(2, 1), dilation=(2, 3), groups=6),
+     "depthwise_conv2d"),
+    (dict(in_channels=4, out_channels=8, kernel_size=3, padding=(0, 3), dilation=(3, 1), groups=2), "group_conv2d"),
+    (dict(in_channels=3, out_channels=5, kernel_size=(2, 3), dilation=(2, 1)), "conv2d"),
+], ids=["depthwise", "grouped", "odd-sizes"])
+def test_dilations_that_differ_are_phases_of_an_undilated_convolution(conv, op):
+    """Over data of odd height and width (the phases' outputs cropped), grouped and depthwise too."""
+    model = torch.nn.Conv2d(**conv).eval()
+    x = torch.randn(2, conv["in_channels"], 11, 9)
+    cap = capture(model, (x,))
+    [(task, calls)] = extract_tasks(cap)
+    dh, dw = conv["dilation"]
+    assert calls == 1 and task.op == op and task.shape["N"] == 2 * dh * dw and task.shape.get("dilation", 1) == 1
+    built = build_model(cap)
+    with torch.no_grad():
+        np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_conv1d_and_one_axis_padding_are_tasks_and_build_right():
@@ -488,9 +510,9 @@ def test_cli_extract_and_build(tmp_path, capsys):
 def test_cli_extract_says_which_calls_are_left_to_tvm(flags, capsys):
     assert _run(["extract", "tests/models.py:grouped_block", *flags]) == 0
     out = capsys.readouterr().out
-    assert "7 tasks, 7 calls" in out
+    assert "8 tasks, 8 calls" in out
     [line] = [line for line in out.splitlines() if "left to TVM" in line]
-    assert "conv2d data=(1, 24, 3, 6)" in line and line.endswith("dilations (1, 2) differ")
+    assert "conv2d data=(1, 8, 3, 6)" in line and line.endswith("dilations (1, 2) differ and the convolution is strided")
 
 
 def test_generic_schedule_vectorises_by_the_largest_power_of_two_dividing_the_inner_loop():

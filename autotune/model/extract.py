@@ -9,7 +9,8 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.nn.conv1d NCW/OIW                           -> the same tasks with H = R = 1 (data [N,C,W] seen as [N,C,1,W])
   A convolution whose padding differs between sides or axes (a 1-d one's always pads W only) gets its data
   zero-padded by an R.nn.pad before the kernel, and a task with padding 0; one whose H and W strides differ
-  (constant weight, undilated) is a stride-1 one over the phases of its padded data (`_phase_split`).
+  (constant weight, undilated) is a stride-1 one over the phases of its padded data (`_phase_split`); one whose
+  H and W dilations differ (stride 1) an undilated one over those phases, batched (`_dilation_split`).
   R.nn.conv3d NCDHW/OIDHW                       -> conv2d / group_conv2d over the output's depth slices (batch
                                                    N x D'), the kernel's depth taps stacked into the channels
   R.nn.conv2d_transpose / conv1d_transpose (IOHW / IOW, constant weight) -> conv2d (grouped:
@@ -132,21 +133,51 @@ def _conv_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | 
         return _phase_split(data, const.value.numpy(), strides, (top, bottom, left, right), groups, _shape(call),
                             target)
     if len(set(dilation)) != 1:
-        return Skipped(what, f"dilations {dilation} differ")
+        if strides != (1, 1):
+            return Skipped(what, f"dilations {dilation} differ and the convolution is strided")
+        return _dilation_split(data, weight, dilation, (top, bottom, left, right), groups, _shape(call), target)
     steps: tuple[Step, ...] = ()
     if len(set(padding)) != 1:
         steps, data = _plane_pad(data, (top, bottom, left, right), one_d)
+    task = _conv_task(data, weight, strides[0], 0 if steps else top, dilation[0], groups, target)
+    return Site(task, data, weight, _shape(call), data_steps=steps)
+
+
+def _conv_task(data: tuple[int, ...], weight: tuple[int, ...], stride: int, padding: int, dilation: int,
+               groups: int, target: dict) -> Task:
+    """The task of a convolution: conv2d, depthwise_conv2d (groups == channels, no multiplier, undilated) or
+    group_conv2d (other groups, a channel multiplier, a dilated depthwise convolution)."""
     n, c, h, w = data
     k, cg, r, s = weight
-    p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": strides[0], "padding": 0 if steps else top}
+    p = {"N": n, "C": c, "H": h, "W": w, "R": r, "S": s, "stride": stride, "padding": padding}
     if groups == 1:
-        op, p = "conv2d", {**p, "K": k, "dilation": dilation[0]}
-    elif groups == c and cg == 1 and k == c and dilation[0] == 1:
-        op = "depthwise_conv2d"
-    else:  # other groups, a channel multiplier, a dilated depthwise convolution
-        op, p = "group_conv2d", {**p, "K": k, "groups": groups, "dilation": dilation[0]}
-    task = make_task(op, p, target=target)
-    return Site(task, (n, c, h, w), weight, _shape(call), data_steps=steps)
+        return make_task("conv2d", {**p, "K": k, "dilation": dilation}, target=target)
+    if groups == c and cg == 1 and k == c and dilation == 1:
+        return make_task("depthwise_conv2d", p, target=target)
+    return make_task("group_conv2d", {**p, "K": k, "groups": groups, "dilation": dilation}, target=target)
+
+
+def _dilation_split(data: tuple[int, ...], weight: tuple[int, ...], dilation: tuple[int, int], pads: tuple[int, ...],
+                    groups: int, out_shape: tuple[int, ...], target: dict) -> Site:
+    """A stride-1 convolution of dilations (dh, dw) as an undilated one over the dh x dw phases of its zero-padded
+    data, batched (space to batch): x[n, c, Q dh + a, P dw + b] -> x'[(n, a, b), c, Q, P]; output phase (a, b) at
+    (Q, P) is the output at (Q dh + a, P dw + b), laid back and cropped. The weight is used as it is. `pads`: (top,
+    bottom, left, right)."""
+    n, c, h, w = data
+    (dh, dw), (top, bottom, left, right) = dilation, pads
+    k, _, r, s = weight
+    hq, wq = -(-(h + top + bottom) // dh), -(-(w + left + right) // dw)
+    oh, ow = h + top + bottom - dh * (r - 1), w + left + right - dw * (s - 1)
+    pads = (0, 0, 0, 0, top, hq * dh - h - top, left, wq * dw - w - left)
+    steps = ((("pad", pads),) if any(pads) else ()) + (
+        ("reshape", (n, c, hq, dh, wq, dw)), ("permute", (0, 3, 5, 1, 2, 4)), ("reshape", (n * dh * dw, c, hq, wq)))
+    phases = (n * dh * dw, c, hq, wq)
+    task = _conv_task(phases, weight, 1, 0, 1, groups, target)
+    ohq, owq = hq - r + 1, wq - s + 1
+    back = (("reshape", (n, dh, dw, k, ohq, owq)), ("permute", (0, 3, 4, 1, 5, 2)),
+            ("reshape", (n, k, ohq * dh, owq * dw)))
+    crop = (("crop", (2, 3), (0, 0), (oh, ow)),) if (ohq * dh, owq * dw) != (oh, ow) else ()
+    return Site(task, phases, weight, out_shape, data_steps=steps, out_steps=back + crop)
 
 
 def _conv3d_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | Skipped:
