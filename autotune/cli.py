@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("best", help="best valid config per task in logs")
     b.add_argument("logs", nargs="+")
     b.add_argument("--json", action="store_true", help="one JSON object per task")
+    b.add_argument("-o", "--output", help="also write a log of just the best configs (every timing of each; "
+                   "`build` and `tune-model` read it as any log), replacing the file whole")
 
     s = sub.add_parser("show", help="summary of logs: records, errors by kind, best GFLOPS")
     s.add_argument("logs", nargs="+")
@@ -204,15 +206,19 @@ def _load(paths: list[str]):
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from .records import best_record, by_task, timings
+    from .records import best_record, by_task, config_key, timings, write_log
 
+    if args.output and any(Path(args.output).resolve() == Path(p).resolve() for p in args.logs):
+        raise AutotuneError(f"--output {args.output} is one of the logs read: name another file")
     records, _ = _load(args.logs)
+    kept = []
     for key, recs in by_task(records).items():
         best = best_record(recs)
         if best is None:
             if not args.json:
                 print(f"{key}: no valid record ({len(recs)} records)")
             continue
+        kept += [r for r in recs if r.result.ok and config_key(r) == config_key(best)]
         row = {"task_key": key, "op": best.task.op, "params": best.task.shape, "dtype": best.task.dtype,
                "target": best.task.target, "template": best.input.template, "config": best.input.config.to_dict(),
                "mean_s": best.result.mean_s, "gflops": round(best.gflops(), 3), "threads": best.threads,
@@ -223,6 +229,10 @@ def cmd_best(args: argparse.Namespace) -> int:
             median = f" (median of {row['timings']} timings)" if row["timings"] > 1 else ""
             print(f"{key}  {best.task}  {row['gflops']:.1f} GFLOPS  {best.result.mean_s * 1e3:.4f} ms{median}  "
                   f"config #{best.input.config.index} {json.dumps(row['config']['knobs'])}")
+    if args.output:
+        write_log(args.output, kept)
+        print(f"wrote {len(kept)} records of {len({r.task.key for r in kept})} tasks to {args.output}",
+              file=sys.stderr)
     return 0
 
 

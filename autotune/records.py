@@ -163,6 +163,22 @@ class LogWriter:
         self.close()
 
 
+def write_log(path: str | os.PathLike, records: Iterable[Record]) -> None:
+    """Write `records` as a new log at `path`, replacing any file there only once all of them are written (a
+    temporary file beside it, fsynced, then renamed over it): an interrupted write leaves the old file whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        with LogWriter(tmp) as writer:
+            for r in records:
+                writer.write(r)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def config_key(record: Record) -> tuple[str, str, str, int]:
     """What identifies one config's kernel: task, template at its version, config index."""
     return record.task.key, record.input.template, record.template_version, record.input.config.index

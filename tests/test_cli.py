@@ -47,6 +47,17 @@ def test_tune_show_best(tmp_path, capsys, worker_env):
     row = json.loads(capsys.readouterr().out.strip())
     assert {"task_key", "op", "params", "target", "config", "mean_s", "gflops", "timings"} <= set(row)
     assert row["params"] == {"M": 32, "N": 32, "K": 32} and row["gflops"] > 0 and row["target"]["num-cores"] >= 1
+    best_log = tmp_path / "best.jsonl"
+    best_log.write_text("an older file, replaced whole\n")
+    assert main(["best", str(log), "--json", "-o", str(best_log)]) == 0
+    assert json.loads(capsys.readouterr().out.strip()) == row  # the distilled log has the same best
+    assert main(["best", str(best_log), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip()) == row
+    kept = [json.loads(line) for line in best_log.read_text().splitlines()]
+    assert len(kept) == row["timings"] and {k["config"]["index"] for k in kept} == {row["config"]["index"]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.jsonl", "l.jsonl"]  # no temporary file left
+    r = _run("best", str(log), "-o", str(log))
+    assert r.returncode == 2 and "one of the logs read" in r.stderr and len(log.read_text().splitlines()) == lines + 1
 
 
 def test_cuda_without_gpu_says_so_and_build_only_counts(tmp_path):
