@@ -31,7 +31,12 @@ GROUPED_TASKS = {  # grouped 3x3 layers: RegNetY-800MF's stage 3 (group width 16
     "group_conv2d 128x56x56 g32": ("group_conv2d", "N=1,C=128,H=56,W=56,K=128,R=3,S=3,groups=32,padding=1"),
     "group_conv2d 512x14x14 g32": ("group_conv2d", "N=1,C=512,H=14,W=14,K=512,R=3,S=3,groups=32,padding=1"),
 }
-ALL_TASKS = {**TASKS, **OTHER_TASKS, **DEPTHWISE_TASKS, **GROUPED_TASKS}  # --tasks may name these too
+GEMV_TASKS = {  # batch-1 linear layers (a language model's decoding step): BERT-base's FFN, a 4096-wide model's
+    "dense 1x768->3072": ("dense", "batch=1,in_features=768,out_features=3072"),
+    "dense 1x4096->4096": ("dense", "batch=1,in_features=4096,out_features=4096"),
+    "dense 1x4096->11008": ("dense", "batch=1,in_features=4096,out_features=11008"),
+}
+ALL_TASKS = {**TASKS, **OTHER_TASKS, **DEPTHWISE_TASKS, **GROUPED_TASKS, **GEMV_TASKS}  # --tasks may name these
 
 
 def _numpy_fn(task, arrays):
