@@ -16,6 +16,7 @@ import numpy as np
 
 SMALL_SPACE = 1 << 16  # `sample` looks at every config of a space this small when random draws fall short
 NEIGHBOUR_TRIES = 16  # random one-knob steps `neighbour` tries before it stays put
+MAX_NEAREST = 64  # configs `nearest` returns at most
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,14 @@ class ConfigSpace:
     loops a template unrolls and vectorises); empty: every split knob's. `max_register_tile`: the largest product
     of those factors (accumulator elements) a config may have; configs above it stay indexable (a log's record
     keeps its meaning) but are never sampled or proposed (on the CPU: their accumulators would not fit in the
-    vector registers and spill on every iteration)."""
+    vector registers and spill on every iteration). `equivalents`: knob name -> a value of another space of the
+    template family -> the values of this one that do the same (`nearest`; dense's weight packed ahead, "pre", is
+    packed in the kernel, "root" or "tile", in matmul's space)."""
 
     knobs: tuple[Knob, ...]
     register: tuple[str, ...] = ()
     max_register_tile: int | None = None
+    equivalents: Mapping[str, Mapping[Any, tuple[Any, ...]]] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self):
         splits = {k.name for k in self.knobs if k.kind == "split"}
@@ -152,6 +156,31 @@ class ConfigSpace:
     def index_of_values(self, values: Mapping[str, Any]) -> int:
         """Index of the config with these knob values (split factors as tuples); ValueError if one is no candidate."""
         return self.index_of([k.candidates.index(values[k.name]) for k in self.knobs])
+
+    def nearest(self, values: Mapping[str, Any]) -> list[int]:
+        """This space's configs closest to knob `values` of another space with the same knob names (another shape
+        or operator of the template family): a value this space has is kept; a split it lacks becomes its closest
+        split (least log2 distance of the factors, innermost first: the register tile is kept); a choice it lacks
+        may be any of its `equivalents` for it, else any of its candidates, so every combination of those is
+        returned (at most MAX_NEAREST), the first taking each one's first; a split knob missing from `values` takes
+        its first candidate."""
+        options: list[list[int]] = []
+        for knob in self.knobs:
+            value = values.get(knob.name)
+            if value in knob.candidates:
+                options.append([knob.candidates.index(value)])
+            elif knob.kind == "split" and isinstance(value, tuple):
+                def distance(cand: tuple, value: tuple = value) -> tuple[float, ...]:
+                    return tuple(abs(math.log2(a) - math.log2(b)) for a, b in zip(cand[:0:-1], value[:0:-1]))
+
+                options.append([min(range(len(knob)), key=lambda i, k=knob: distance(k.candidates[i]))])
+            elif knob.kind == "split":
+                options.append([0])
+            else:
+                same = [knob.candidates.index(v) for v in self.equivalents.get(knob.name, {}).get(value, ())
+                        if v in knob.candidates]
+                options.append(same or list(range(len(knob))))
+        return [self.index_of(digits) for digits in itertools.islice(itertools.product(*options), MAX_NEAREST)]
 
     @property
     def register_knobs(self) -> tuple[str, ...]:

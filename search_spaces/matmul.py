@@ -77,7 +77,11 @@ def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
         choice_knob("mid_order", ("ij", "ji")),
         choice_knob("pack_b", gemm.pack_choices),
         unroll_knob(),
-    ), register=("tile_i", "tile_j"), max_register_tile=register_budget(task))
+    ), register=("tile_i", "tile_j"), max_register_tile=register_budget(task), equivalents=PACK_EQUIVALENTS)
+
+
+# B packed ahead ("pre", a constant weight) and packed in the kernel ("root", "tile") read the same layout
+PACK_EQUIVALENTS = {"pack_b": {"pre": ("root", "tile"), "root": ("pre", "tile"), "tile": ("pre", "root")}}
 
 
 def apply_gemm(gemm: Gemm, task: Task, cfg: Config):

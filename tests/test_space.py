@@ -107,3 +107,17 @@ def test_model_free_tuners_propose_only_allowed_configs():
         seen = [i for _ in range(20) for i in tuner.next_batch(8)]
         assert len(seen) == len(set(seen)) == space.allowed_count()  # all of them, once, then nothing
         assert all(space.allows(i) for i in seen)
+
+
+def test_nearest_maps_another_shapes_config_onto_this_space():
+    """Values this space has are kept, splits it lacks become the closest (innermost factor first), a choice it lacks
+    becomes its equivalents here, else any candidate."""
+    s = ConfigSpace((split_knob("i", 48, 3), choice_knob("pack", ("none", "root", "tile")), choice_knob("u", (0, 16))),
+                    equivalents={"pack": {"pre": ("root", "tile")}})
+    [same] = s.nearest({"i": (2, 3, 8), "pack": "none", "u": 16})
+    assert s.get(same).knobs == {"i": (2, 3, 8), "pack": "none", "u": 16}
+    [closest] = s.nearest({"i": (4, 4, 8), "pack": "tile", "u": 0})  # 128 rows: the register tile's 8 is kept
+    assert s.get(closest)["i"][-1] == 8 and s.get(closest)["i"][1] == 3  # then the middle factor nearest 4
+    assert [s.get(i)["pack"] for i in s.nearest({"i": (1, 6, 8), "pack": "pre", "u": 0})] == ["root", "tile"]
+    assert [s.get(i)["u"] for i in s.nearest({"i": (1, 6, 8), "pack": "none", "u": 64})] == [0, 16]
+    assert [s.get(i)["i"] for i in s.nearest({"pack": "none", "u": 0})] == [s.knobs[0].candidates[0]]

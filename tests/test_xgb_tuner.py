@@ -408,3 +408,44 @@ def test_batches_try_the_incumbent_with_other_register_tiles():
     batch = tuner.next_batch(8)
     assert set(batch[:2]) <= set(MM_SPACE.inner_moves(best)) - set(seen)
     assert sum(a != b for a, b in zip(MM_SPACE.digits(batch[0]), MM_SPACE.digits(batch[1]))) >= 2
+
+
+def test_donor_configs_take_the_other_tasks_fastest_configs_in_turn_same_operator_first():
+    from autotune.tuners.elites import donor_configs
+
+    conv_space = TOY_CONV2D.define_space(TINY_CONV)
+    other = _other_task_records(40)
+    conv = [Record(MeasureInput(TINY_CONV, conv_space.get(i), TOY_CONV2D_REF), MeasureResult((1e-6,), None, "", 0, 0),
+                   TOY_CONV2D.version, 1, {}) for i in conv_space.sample(np.random.default_rng(3), 20)]
+    third = make_task("matmul", {"M": 64, "N": 256, "K": 128})
+    space3 = TOY_MATMUL.define_space(third)
+    more = [Record(i, r, TOY_MATMUL.version, 1, {})
+            for i, r in zip(*_measure(third, space3, space3.sample(np.random.default_rng(4), 10)))]
+    own = [Record(i, r, TOY_MATMUL.version, 1, {}) for i, r in zip(*_measure(MM, MM_SPACE, [0, 1]))]
+    got = donor_configs(MM, MM_SPACE, conv + other + more + own)
+
+    def ranked(records):  # the task's valid configs, fastest first, mapped onto MM's space
+        ok = sorted((r for r in records if r.result.ok), key=lambda r: r.result.mean_s)
+        return [MM_SPACE.nearest(r.input.config.knobs) for r in ok]
+
+    a, b = ranked(other), ranked(more)
+    assert got[:4] == [a[0], b[0], a[1], b[1]]  # the two matmul tasks in turn; the conv2d's knobs differ
+    assert len(got) == len(a) + len(b)  # failed configs and the task's own records left out
+    assert all(len(v) == 1 for v in got)  # same template: every value has its match
+
+
+def test_first_batch_starts_with_the_fastest_configs_of_other_tasks_mapped():
+    from autotune.tuners.elites import donor_configs
+
+    transfer = _other_task_records(160)
+    elites = [v[0] for v in donor_configs(MM, MM_SPACE, transfer)]
+    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=transfer, sa_chains=8, sa_steps=12)
+    batch = tuner.next_batch(16)
+    assert batch[:4] == [i for i in elites if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None][:4]
+    tuner.update(*_measure(MM, MM_SPACE, batch))
+    second = tuner.next_batch(16)  # the task's own measurements guide it now: no more configs by example
+    usable = [i for i in elites if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None and i not in batch]
+    assert not set(second) & set(batch) and second[:4] != usable[:4]
+    off = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=transfer, sa_chains=8, sa_steps=12,
+                   transfer_elites=0)
+    assert off.next_batch(16)[:4] != batch[:4]

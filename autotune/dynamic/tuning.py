@@ -156,23 +156,9 @@ def mapped_configs(space: ConfigSpace, donors: list[Record], n: int) -> list[int
     """
     out: list[int] = []
     for rec in sorted((r for r in donors if r.result.ok), key=lambda r: -r.gflops()):
-        knobs = rec.input.config.knobs
-        digits = [_closest(knob, knobs.get(knob.name)) for knob in space.knobs]
-        index = space.index_of(digits)
+        index = space.nearest(rec.input.config.knobs)[0]
         if index not in out:
             out.append(index)
         if len(out) >= n:
             break
     return out
-
-
-def _closest(knob, value) -> int:
-    if value in knob.candidates:
-        return knob.candidates.index(value)
-    if knob.kind != "split" or not isinstance(value, tuple):
-        return 0
-
-    def distance(cand: tuple) -> tuple[float, ...]:  # innermost factor first: keep the register tile
-        return tuple(abs(math.log2(a) - math.log2(b)) for a, b in zip(cand[:0:-1], value[:0:-1]))
-
-    return min(range(len(knob.candidates)), key=lambda i: distance(knob.candidates[i]))

@@ -13,6 +13,7 @@ from ..records import Record
 from ..space import ConfigSpace
 from ..task import Task
 from .base import runnable_filter
+from .elites import donor_configs
 
 if TYPE_CHECKING:
     from cost_models.dataset import Dataset
@@ -158,6 +159,10 @@ class XGBTuner:
     tile the model rates low because its few measurements had bad outer tilings is tried in the incumbent's
     schedule (0: off; measured, cold, 4 seeds x 128 trials: matmul's final best 0.978 of the best any run found
     against 0.952, conv2d 64x56x56 0.959 against 0.942, dense level, `benchmarks/RESULTS.md` ab_search_moves_zen5).
+    transfer_elites: configs of the first batch taken from the transfer records by example (`elites`): the fastest
+    configs of the other tasks whose template has this space's knobs, mapped onto this space (where a knob value
+    maps to several configs, the one the model rates best), before the model's picks (0: off; measured: within 5%
+    of the best in 1-6 trials on the four search tasks, benchmarks/RESULTS.md, session 43).
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
     feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
     about 1.5x faster on 2 idle cores; worth more on many cores).
@@ -170,7 +175,7 @@ class XGBTuner:
                  basin_weight: float = 0.05, transfer_halflife: int = 16, transfer_max_per_task: int = 512,
                  n_rounds: int = 200, feature_workers: int = 0, cache: FeatureCache | None = None,
                  cold_start: str = "random", cold_random: float = 0.0, incumbent_moves: int = 2,
-                 transfer_fit: str = "pool", finetune_rounds: int = 200):
+                 transfer_fit: str = "pool", finetune_rounds: int = 200, transfer_elites: int = 4):
         import search_spaces
         from cost_models.features import KINDS, FeatureCache
 
@@ -212,7 +217,10 @@ class XGBTuner:
         self._stale = True  # the model has not seen the latest data
         self._own_informative = False  # two of the task's own measurements differ: they train the model
         self._base = self._load_base(cost_model)
+        transfer = list(transfer)
         self._transfer = self._transfer_data(transfer, transfer_max_per_task)
+        self.transfer_elites = transfer_elites
+        self._elites = donor_configs(task, space, transfer) if transfer_elites > 0 else []
         self._pretrained: XGBCostModel | None = None  # "finetune": the model of the transfer records (and base)
 
     # ---- data ---------------------------------------------------------------------------
@@ -333,18 +341,47 @@ class XGBTuner:
     def _make_plan(self, n: int) -> list[int]:
         if self.model is None:
             return self._prior_pick(n) if self.cold_start == "roofline" else self._random(n, set())
+        elites = self._elite_picks(min(n, self.transfer_elites)) if not self._own else []
+        rest = n - len(elites)
         explore = self.explore if self._own_informative else max(self.explore, self.transfer_explore)
-        n_random = int(explore * n) + int(self._rng.random() < explore * n % 1)
-        n_model = n - n_random
+        n_random = int(explore * rest) + int(self._rng.random() < explore * rest % 1)
+        n_model = rest - n_random
         starts = self._starts()
         visited = anneal(self.space, self._score, starts, self.sa_steps, self._rng, self.sa_temperature)
         moves = self._incumbent_moves(min(n_model, self.incumbent_moves))
+        taken = elites + moves
         fresh = self._distinct({i: s for i, s in visited.items()
-                                if i not in self._proposed and i not in self._invalid and i not in moves}, moves)
+                                if i not in self._proposed and i not in self._invalid and i not in taken}, taken)
         self._leftovers = sorted(fresh, key=lambda i: (-fresh[i], i))[:POOL_SIZE]
-        picked = moves + pick_batch(fresh, n_model - len(moves), self.space, self.knob_weight, self.min_distance,
-                                    self._basin_penalty(fresh), chosen=moves)
+        picked = taken + pick_batch(fresh, n_model - len(moves), self.space, self.knob_weight, self.min_distance,
+                                    self._basin_penalty(fresh), chosen=taken)
         return picked + self._random(n - len(picked), set(picked))
+
+    def _elite_picks(self, n: int) -> list[int]:
+        """Up to n configs by example (`elites.donor_configs`), in the donors' order: of each donor config's
+        nearest configs here, the one the model rates best among those it may propose; none with the scheduled
+        TIR of another pick or of a proposed config."""
+        picks: list[int] = []
+        rows: set[bytes] = set(self._proposed_rows)
+        for variants in self._elites:
+            if len(picks) >= n:
+                break
+            usable = [i for i in variants if i not in self._proposed and i not in self._invalid and i not in picks
+                      and self.space.allows(i)]
+            usable = [i for i, bad in zip(usable, self._breaks_limits(usable)) if not bad]
+            if not usable:
+                continue
+            scores = self._score(usable)
+            best = int(np.argmax(scores))
+            if not np.isfinite(scores[best]):
+                continue
+            row = self._features([usable[best]])[0].tobytes() if self.features == "loop" else None
+            if row is not None and row in rows:
+                continue
+            picks.append(usable[best])
+            if row is not None:
+                rows.add(row)
+        return picks
 
     def _incumbent_moves(self, n: int) -> list[int]:
         """The n unmeasured `ConfigSpace.inner_moves` of the best config measured so far that the model rates
