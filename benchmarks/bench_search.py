@@ -395,10 +395,12 @@ def efficiency_table(curves, samples) -> list[str]:
     import numpy as np
 
     methods = list(next(iter(curves.values())))
+    with_random = "random" in methods
     rows = ["| task | 95% of best any (GFLOPS) | " + " | ".join(f"{m}: trials (median of seeds) / final best"
                                                              for m in methods)
-            + " | random: expected trials (1/p) | xgb-loop vs random | xgb-transfer vs xgb-loop |",
-            "|---" * (5 + len(methods)) + "|"]
+            + (" | random: expected trials (1/p) | xgb-loop vs random" if with_random else "")
+            + " | xgb-transfer vs xgb-loop |",
+            "|---" * (3 + 2 * with_random + len(methods)) + "|"]
     for label, by_method in curves.items():
         target = 0.95 * max(max(c[-1] for c in cs) for cs in by_method.values())
         cells, medians, budgets = [], {}, {}
@@ -414,8 +416,9 @@ def efficiency_table(curves, samples) -> list[str]:
         hits = sum(v >= target for v in rand)
         expected = len(rand) / hits if hits else math.inf
         exp_cell = f"{expected:.0f} ({hits} of {len(rand)} samples)" if hits else f"> {len(rand)} (0 of {len(rand)})"
-        rows.append(f"| {label} | {target:.0f} | " + " | ".join(cells) + f" | {exp_cell} | "
-                    f"{_ratio(medians.get('xgb-loop'), expected, len(rand))} | "
+        versus_random = (f" | {exp_cell} | {_ratio(medians.get('xgb-loop'), expected, len(rand))}" if with_random
+                         else "")
+        rows.append(f"| {label} | {target:.0f} | " + " | ".join(cells) + versus_random + " | "
                     f"{_ratio(medians.get('xgb-transfer'), medians.get('xgb-loop'), budgets.get('xgb-loop'))} |")
     return rows
 
@@ -492,8 +495,8 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
         if not search or len(test) < 20:
             continue
         sigma = timing_noise(work / key)
-        ceilings.append(f"| {label} | {sigma:.1%} | {noise_ceiling(test.y, sigma):.2f} | "
-                        f"{noise_ceiling(drawn.y, sigma):.2f} |")
+        drawn_ceiling = f"{noise_ceiling(drawn.y, sigma):.2f}" if len(drawn) else "- (no random runs)"
+        ceilings.append(f"| {label} | {sigma:.1%} | {noise_ceiling(test.y, sigma):.2f} | {drawn_ceiling} |")
         others = len(by_task) - 1
         sets = [(f"the other {others} search task{'s' * (others > 1)}", search, ("rank", "reg"))]
         if extra:
@@ -510,9 +513,9 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
                 pred = model.predict(test.X)
                 top_true = set(np.argsort(-test.y)[:10])
                 top_pred = np.argsort(-pred)[:10]
-                drawn_rho = rank_correlation(model.predict(drawn.X), drawn.y)
+                drawn_rho = f"{rank_correlation(model.predict(drawn.X), drawn.y):.2f}" if len(drawn) else "-"
                 rows.append(f"| {label} | {what} | {len(train)} | {len(test)} | {objective} | "
-                            f"{rank_correlation(pred, test.y):.2f} | {drawn_rho:.2f} | "
+                            f"{rank_correlation(pred, test.y):.2f} | {drawn_rho} | "
                             f"{len(top_true & set(top_pred)) / 10:.1f} | {test.y[top_pred].max() / test.y.max():.2f} |")
     return rows + ["", "Timing noise and the Spearman a model that knew every config's true speed would score "
                    "against one timing of each (sigma: spread of log-throughput over a contender's re-timings; "
@@ -763,6 +766,7 @@ def search_section(args, work: Path) -> str:
         + (f", section `{args.section}`" if own_section else "") + ")", "",
         f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
         f"--seeds {' '.join(map(str, args.seeds))}"
+        + (f" --methods {' '.join(args.methods)}" if args.methods != list(METHODS) else "")
         + (f" --tasks {' '.join(repr(t) for t in args.tasks)}" if args.tasks != list(TASKS) else "")
         + (f" --work {args.work}" if args.work != DEFAULT_WORK else "")
         + (f" --model-logs {args.model_logs}" if args.model_logs != MODEL_LOGS else "")
@@ -797,7 +801,7 @@ def search_section(args, work: Path) -> str:
                      + (f" and on the `--extra-logs` ({len(args.extra_logs)} files)" if args.extra_logs else "") + ".")
                     if len(args.tasks) > 1 else ""), "",
         "### Sample efficiency", "", *efficiency_table(curves, samples), "",
-        *(line for n in sorted({args.trials, budget(args, "random")}) for line in (
+        *(line for n in sorted({args.trials, budget(args, "random")}) if "random" in args.methods for line in (
             "Trials each method needs, on the mean of its seeds' curves, to do as well as random search does "
             f"in {n}:", "", *match_random_table(curves, n), "")),
         "### The machine's speed: re-timed against first measurements", "",

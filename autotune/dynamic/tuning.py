@@ -150,9 +150,9 @@ def _measure_seeds(task, donors: list[Record], n: int, log: Path, builder: Build
 def mapped_configs(space: ConfigSpace, donors: list[Record], n: int) -> list[int]:
     """The donors' best distinct configs (highest GFLOPS: donors may be other sizes) mapped onto `space`.
 
-    A knob value the space also has is kept; a split it lacks becomes the space's closest split
-    (least log2 distance of the inner factors, innermost first); any other missing value becomes the first
-    candidate.
+    `ConfigSpace.nearest`, its first config: a knob value the space also has is kept; a split it lacks becomes
+    the space's closest split (least log2 distance of the inner factors, innermost first); any other missing value
+    becomes its first equivalent in the space, else the first candidate.
     """
     out: list[int] = []
     for rec in sorted((r for r in donors if r.result.ok), key=lambda r: -r.gflops()):
