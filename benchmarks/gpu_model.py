@@ -21,21 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
+from bench_model import median_ms  # noqa: E402
 
 
-def median_ms(fn, sync, min_runs: int = 10, min_seconds: float = 0.5) -> float:
-    """Median wall time of fn() followed by sync(), in milliseconds, after two warm-up calls."""
-    for _ in range(2):
-        fn()
-        sync()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < min_runs or time.perf_counter() - start < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2] * 1e3
+def synced_ms(fn, sync) -> float:
+    """Median wall time of fn() followed by sync() (a device's queue drained), in milliseconds."""
+    return median_ms(lambda: (fn(), sync()), min_runs=10, min_seconds=0.5)
 
 
 def tvm_default_build(captured, target: dict):
@@ -79,12 +70,12 @@ def bench(name: str, target: dict, logs: list[str]) -> dict:
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
     dev = built.tvm_device()
     args = built.tvm_args(*inputs)
-    row["autotune_ms"] = median_ms(lambda: built.run_tvm(args), dev.sync)
+    row["autotune_ms"] = synced_ms(lambda: built.run_tvm(args), dev.sync)
     try:
         vm, tdev = tvm_default_build(captured, target)
         targs = [tvm.runtime.tensor(np.ascontiguousarray(x.numpy()), tdev) for x in inputs]
         np.testing.assert_allclose(outputs(vm["main"](*targs))[0], ref, rtol=1e-3, atol=1e-3)
-        row["tvm_default_ms"] = median_ms(lambda: vm["main"](*targs), tdev.sync)
+        row["tvm_default_ms"] = synced_ms(lambda: vm["main"](*targs), tdev.sync)
     except Exception as err:  # noqa: BLE001 - TVM's own pipeline refusing a model is a result too
         row["tvm_default_error"] = f"{type(err).__name__}: {str(err).splitlines()[-1][:200] if str(err) else ''}"
     cuda = target["kind"] == "cuda" and torch.cuda.is_available()
@@ -93,7 +84,7 @@ def bench(name: str, target: dict, logs: list[str]) -> dict:
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as ours
     torch.backends.cudnn.benchmark = True
     with torch.no_grad():
-        row["torch_ms"] = median_ms(lambda: tmodel(*tinputs), torch.cuda.synchronize if cuda else (lambda: None))
+        row["torch_ms"] = synced_ms(lambda: tmodel(*tinputs), torch.cuda.synchronize if cuda else (lambda: None))
     row["torch_device"] = device
     return row
 
