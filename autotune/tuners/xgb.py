@@ -25,6 +25,7 @@ SHORTLIST = 0.25  # the batch is picked, for score and knob coverage, from this 
 COLD_BATCH = 8  # configs measured before the first model (the model guides from the second batch on)
 COLD_POOL = 64  # random configs the cold-start prior picks the first batch from
 COLD_STARTS = ("roofline", "random")
+ELITE_TRIES = 8  # donor configs looked at per config by example (most map onto one already taken)
 TRANSFER_FITS = ("pool", "finetune")
 Scorer = Callable[[Sequence[int]], np.ndarray]
 
@@ -360,10 +361,10 @@ class XGBTuner:
     def _elite_picks(self, n: int) -> list[int]:
         """Up to n configs by example (`elites.donor_configs`), in the donors' order: of each donor config's
         nearest configs here, the one the model rates best among those it may propose; none with the scheduled
-        TIR of another pick or of a proposed config."""
+        TIR of another pick or of a proposed config. At most ELITE_TRIES donor configs per pick are looked at."""
         picks: list[int] = []
         rows: set[bytes] = set(self._proposed_rows)
-        for variants in self._elites:
+        for variants in self._elites[:ELITE_TRIES * n]:
             if len(picks) >= n:
                 break
             usable = [i for i in variants if i not in self._proposed and i not in self._invalid and i not in picks
