@@ -26,6 +26,7 @@ from _common import reexec_clean, report
 from bench_model import median_ms
 
 VARIANTS = {"cold": {"transfer": []}, "transfer": None}  # tune_model's tuner_options (None: default transfer)
+WORK = "benchmarks/work/model_transfer"
 SHARES = (2 / 3, 5 / 6, 1.0)  # after every task's warm-up round (16 x tasks trials) at the default budget
 
 
@@ -47,8 +48,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds of the builds")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--work", default="benchmarks/work/model_transfer")
+    ap.add_argument("--work", default=WORK)
     ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
+    ap.add_argument("--section", default="bench_model_transfer", help="the RESULTS.md section to write")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
@@ -100,13 +102,16 @@ def main() -> None:
     body = "\n".join([
         "## tune-model: transfer between a model's tasks (`benchmarks/bench_model_transfer.py`)", "",
         (f"Command: `python benchmarks/bench_model_transfer.py --model {args.model} --trials {args.trials} --seeds "
-         f"{' '.join(map(str, args.seeds))}`; {args.threads} threads; {len(weights)} tasks. Each run tunes all tasks "
+         f"{' '.join(map(str, args.seeds))}"
+         + (f" --work {args.work}" if args.work != WORK else "")
+         + (f" --section {args.section}" if args.section != "bench_model_transfer" else "")
+         + f"`; {args.threads} threads; {len(weights)} tasks. Each run tunes all tasks "
          "in one log in a folder of its own (xgb, loop features, 16 trials a round): \"cold\" without transfer, "
          "\"transfer\" with each round's model pre-trained on the records of the model's other tasks so far. "
          "Tuned-kernel ms: sum over tasks of calls x best first measurement, from the log. End-to-end: the two "
          f"builds of every seed timed one after the other, {args.rounds} rounds, least median per build."), "",
         *rows])
-    report("bench_model_transfer", body, write=not args.no_write)
+    report(args.section, body, write=not args.no_write)
 
 
 if __name__ == "__main__":
