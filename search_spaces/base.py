@@ -197,6 +197,14 @@ def _compute_fingerprint(template: Template) -> str:
     return digest.hexdigest()[:12]
 
 
+def conv_groups(task: Task) -> tuple[int, int, int]:
+    """(groups, output channels of a group, input channels of a group) of a convolution task (1 group unless
+    it is a group_conv2d)."""
+    p = task.shape
+    g = p.get("groups", 1)
+    return g, p["K"] // g, p["C"] // g
+
+
 def output_shape(task: Task) -> tuple[int, ...]:
     """The task's output shape (e.g. [N, K, OH, OW] for a convolution)."""
     return tuple(int(d) for d in task.opdef.output_shape(task.shape))

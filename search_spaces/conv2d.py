@@ -20,7 +20,7 @@ from __future__ import annotations
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 
-from .base import PREPACK, Relayout, Template, output_shape, prim_func
+from .base import PREPACK, Relayout, Template, conv_groups, output_shape, prim_func
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -38,17 +38,10 @@ from .common import (
 REDUCTION_ORDERS = ("c1_r_s", "r_s_c1")
 
 
-def _groups(task: Task) -> tuple[int, int, int]:
-    """(groups, output channels of a group, input channels of a group)."""
-    p = task.shape
-    g = p.get("groups", 1)
-    return g, p["K"] // g, p["C"] // g
-
-
 def define_space(task: Task) -> ConfigSpace:
     """Tiles of k, y, x, c (of one group's channels); variant; loop orders; padding placement; unrolling."""
     p = task.shape
-    _, k_group, c_group = _groups(task)
+    _, k_group, c_group = conv_groups(task)
     _, _, oh, ow = output_shape(task)
     return ConfigSpace(knobs=(
         choice_knob("vec_axis", ("k", "x")),
@@ -70,7 +63,7 @@ def apply(task: Task, cfg: Config):
     sch = s_tir.Schedule(prim_func(task))
     blk = sch.get_sblock("conv")
     n, k, y, x, c, r, s = sch.get_loops(blk)
-    groups, k_group, _ = _groups(task)
+    groups, k_group, _ = conv_groups(task)
     g = []  # the group loop, outside the tiles of k
     if groups > 1:
         *g, k = sch.split(k, [groups, k_group])

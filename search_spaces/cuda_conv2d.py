@@ -17,7 +17,7 @@ from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
 from autotune.space import Config, ConfigSpace
 from autotune.task import Task
 
-from .base import Template, output_shape, prim_func
+from .base import Template, conv_groups, output_shape, prim_func
 from .cuda_common import (
     FLOAT_BYTES,
     accumulate_locally,
@@ -36,17 +36,10 @@ MAX_C_TILE = 64  # input channels staged in shared memory per step
 MAX_THREAD_K = 16  # threadIdx.z of the output-channel axis (CUDA allows 64)
 
 
-def _groups(task: Task) -> tuple[int, int, int]:
-    """(groups, output channels of a group, input channels of a group)."""
-    p = task.shape
-    g = p.get("groups", 1)
-    return g, p["K"] // g, p["C"] // g
-
-
 def define_space(task: Task) -> ConfigSpace:
     """4-level tiles of k, y, x (k: one group's channels); 2-level tiles of c (one group's), r, s; unrolling."""
     p = task.shape
-    _, k_group, c_group = _groups(task)
+    _, k_group, c_group = conv_groups(task)
     _, _, oh, ow = output_shape(task)
     return ConfigSpace(knobs=(
         gpu_tile_knob("tile_k", k_group, max_thread=MAX_THREAD_K),
@@ -66,7 +59,7 @@ def apply(task: Task, cfg: Config):
     sch = s_tir.Schedule(prim_func(task))
     blk = sch.get_sblock("conv")
     n, k, y, x, c, r, s = sch.get_loops(blk)
-    groups, k_group, _ = _groups(task)
+    groups, k_group, _ = conv_groups(task)
     g = []  # the group loop, outside the tiles of k
     if groups > 1:
         *g, k = sch.split(k, [groups, k_group])
@@ -106,7 +99,7 @@ def kernel_resources(task: Task, cfg: Config) -> KernelResources:
     shared = c1 * rows * cols + block_tile(tk) * c1 * r1 * s1
     acc = thread_tile(tk) * thread_tile(ty) * thread_tile(tx)
     return KernelResources(
-        block=(tx[2], ty[2], tk[2]), grid=(tx[0], ty[0], p["N"] * _groups(task)[0] * tk[0]),
+        block=(tx[2], ty[2], tk[2]), grid=(tx[0], ty[0], p["N"] * conv_groups(task)[0] * tk[0]),
         shared_bytes=shared * FLOAT_BYTES,
         registers=acc + thread_tile(tk) + thread_tile(ty) * thread_tile(tx) + REGISTER_OVERHEAD,
         vthreads=tk[1] * ty[1] * tx[1])

@@ -171,15 +171,21 @@ def _vector_width(inner: int, lanes: int) -> int:
     return width
 
 
+def spatial_prefix(sch: Any, blk: Any) -> int:
+    """How many of a block's loops, from the outermost, are data-parallel (0 where its loops are not one per
+    block variable, e.g. already split)."""
+    loops, iters = sch.get_loops(blk), sch.get(blk).iter_vars
+    if not loops or len(loops) != len(iters):
+        return 0
+    kinds = [int(iv.iter_type) for iv in iters]  # 0 = data parallel
+    return next((i for i, k in enumerate(kinds) if k != 0), len(kinds))
+
+
 def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
     """Parallelise and vectorise one block's loop nest (vectors of `lanes` fp32); False when it is left as is.
     `tail`: vectorise an odd innermost loop by partitioning off a scalar tail (else it stays scalar)."""
     loops = sch.get_loops(blk)
-    block = sch.get(blk)
-    if not loops or len(loops) != len(block.iter_vars):
-        return False
-    kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0 = data parallel
-    n_spatial = next((i for i, k in enumerate(kinds) if k != 0), len(kinds))
+    n_spatial = spatial_prefix(sch, blk)
     if n_spatial == 0:
         return False
     extents = [_extent(sch, lp) for lp in loops]

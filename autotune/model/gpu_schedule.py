@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import AutotuneError
+from .default_schedule import spatial_prefix
 
 GPU_RULES = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")
 THREADS = 256
@@ -37,10 +38,8 @@ def gpu_generic_schedule(func: Any, target: Any) -> tuple[Any, str]:
 def bind_block(sch: Any, blk: Any) -> None:
     """Bind a block's leading spatial loops, fused, to blockIdx.x / threadIdx.x (`THREADS` a block); its reduction
     loops run inside each thread. Raises where the block has no spatial loop to bind."""
-    loops = sch.get_loops(blk)
-    kinds = [int(iv.iter_type) for iv in sch.get(blk).iter_vars]  # 0 = data parallel
-    n_spatial = next((i for i, k in enumerate(kinds) if k != 0), len(kinds))
-    if not loops or len(loops) != len(kinds) or n_spatial == 0:
+    loops, n_spatial = sch.get_loops(blk), spatial_prefix(sch, blk)
+    if n_spatial == 0:
         raise ValueError("no spatial loop to bind")
     fused = sch.fuse(*loops[:n_spatial]) if n_spatial > 1 else loops[0]
     extent = int(sch.get(fused).extent)

@@ -360,10 +360,9 @@ class XGBTuner:
 
     def _elite_picks(self, n: int) -> list[int]:
         """Up to n configs by example (`elites.donor_configs`), in the donors' order: of each donor config's
-        nearest configs here, the one the model rates best among those it may propose; none with the scheduled
-        TIR of another pick or of a proposed config. At most ELITE_TRIES donor configs per pick are looked at."""
+        nearest configs here, the one the model rates best among those it may propose whose scheduled TIR is new
+        (`_distinct`). At most ELITE_TRIES donor configs per pick are looked at."""
         picks: list[int] = []
-        rows: set[bytes] = set(self._proposed_rows)
         for variants in self._elites[:ELITE_TRIES * n]:
             if len(picks) >= n:
                 break
@@ -372,16 +371,10 @@ class XGBTuner:
             usable = [i for i, bad in zip(usable, self._breaks_limits(usable)) if not bad]
             if not usable:
                 continue
-            scores = self._score(usable)
-            best = int(np.argmax(scores))
-            if not np.isfinite(scores[best]):
-                continue
-            row = self._features([usable[best]])[0].tobytes() if self.features == "loop" else None
-            if row is not None and row in rows:
-                continue
-            picks.append(usable[best])
-            if row is not None:
-                rows.add(row)
+            scored = self._distinct({i: s for i, s in zip(usable, self._score(usable).tolist()) if np.isfinite(s)},
+                                    picks)
+            if scored:
+                picks.append(max(scored, key=lambda i: (scored[i], -i)))
         return picks
 
     def _incumbent_moves(self, n: int) -> list[int]:
