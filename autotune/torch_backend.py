@@ -7,7 +7,9 @@ Each FX graph is specialised to the concrete shapes it is called with, exported 
 the best logged config per task, default schedules elsewhere. Builds are cached by the exported
 graph, input shapes and dtypes and the identity of the embedded weights, so a guard failure
 that leads back to known shapes costs no build. The first run of each build is checked against
-eager. A graph that cannot be built, or whose outputs differ, runs eagerly with one warning.
+eager. A graph with ops TVM cannot import is split around them (`model.partition`): those ops run eagerly, each
+segment between them is a graph of its own. A graph that cannot be built, or whose outputs differ, runs eagerly
+with one warning.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 
 from .errors import AutotuneError
 from .model.fx_graph import Exported, Refused, call_key, export_graph, graph_label, one_line, static_inputs
+from .model.partition import split_for_tvm, unimportable
 
 BACKEND_NAME = "autotune"
 OPTIONS = {"logs": "tuning logs (paths)", "target": "llvm or a JSON target dict (CPU only)",
@@ -42,6 +45,7 @@ class BackendStats:
     hits: int = 0  # a new call signature served by an existing build
     fallbacks: int = 0  # call signatures that run eagerly
     eager_graphs: int = 0  # graphs with at least one call signature run eagerly (each warned once)
+    splits: int = 0  # graphs split around ops TVM cannot import (their segments count as graphs)
     reasons: list[str] = field(default_factory=list)  # one per fallback: "label: reason"
 
 
@@ -59,7 +63,7 @@ def clear_cache() -> None:
     """Forget every build and reset the counters (Dynamo's own caches are torch._dynamo.reset())."""
     _BUILDS.clear()
     _RECORDS.clear()
-    STATS.graphs = STATS.builds = STATS.hits = STATS.fallbacks = STATS.eager_graphs = 0
+    STATS.graphs = STATS.builds = STATS.hits = STATS.fallbacks = STATS.eager_graphs = STATS.splits = 0
     STATS.reasons.clear()
 
 
@@ -155,6 +159,7 @@ class GraphRunner:
         self.by_key: dict[tuple, Callable[[Sequence[Any]], Any]] = {}
         self.builds = 0
         self.warned = False
+        self.split: torch.fx.GraphModule | None = None  # the graph split around ops TVM cannot import
 
     def __call__(self, *args: Any) -> Any:
         if self.static is None:
@@ -188,16 +193,21 @@ class GraphRunner:
             if built is not None:
                 STATS.hits += 1
                 return tvm_runner(built, exported.user), None
-            built = self._build(exported, args)
-            run = tvm_runner(built, exported.user)
+            missing = unimportable(exported.program)
+            if missing:  # split around them; the segments build (and check) themselves, the whole is checked too
+                built, run = None, self._segments(missing)
+            else:
+                built = self._build(exported, args)
+                run = tvm_runner(built, exported.user)
             got = None
             if self.settings.verify:
                 got = self._first_run(run, args)
                 ref = self.gm(*args)
                 check_outputs(got, ref)
-            _BUILDS[exported.key] = built
-            STATS.builds += 1
-            self.builds += 1
+            if built is not None:
+                _BUILDS[exported.key] = built
+                STATS.builds += 1
+                self.builds += 1
             return run, got
         except Refused as why:
             return self._fallback(why.reason), ref
@@ -216,6 +226,21 @@ class GraphRunner:
             raise Refused(str(err)) from None
         except Exception as err:  # noqa: BLE001 - whatever TVM cannot take runs eagerly
             raise Refused(f"TVM cannot build it: {one_line(err)}") from None
+
+    def _segments(self, missing: list[torch.fx.Node]) -> Callable[[Sequence[Any]], Any]:
+        """Run the graph split around the ops TVM cannot import (`partition.split_for_tvm`): they run eagerly,
+        each segment through a GraphRunner of its own (built, checked, eager where it must be, per shapes)."""
+        if self.split is None:
+            def runner(segment: torch.fx.GraphModule) -> GraphRunner:
+                STATS.graphs += 1
+                return GraphRunner(segment, self.settings)
+
+            split, account = split_for_tvm(self.gm, missing, runner)
+            STATS.splits += 1
+            warnings.warn(f"autotune backend: {self.label}: {account} on TVM", AutotuneFallbackWarning, stacklevel=5)
+            self.split = split
+        split = self.split
+        return lambda args: split(*args)
 
     @staticmethod
     def _first_run(run: Callable[[Sequence[Any]], list[Any]], args: Sequence[Any]) -> list[Any]:

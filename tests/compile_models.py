@@ -46,3 +46,54 @@ def branchy():
 def print_item():
     torch.manual_seed(0)
     return PrintItem().eval(), (torch.randn(4, 16),)
+
+
+@torch.library.custom_op("autotune_tests::grouped_mm", mutates_args=())
+def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Rows of x sorted by group, times their group's matrix (as transformers' grouped_mm_fallback): a custom op
+    TVM's importer does not know."""
+    out = x.new_zeros(x.shape[0], w.shape[2])
+    start = 0
+    for group, end in enumerate(offs.tolist()):
+        out[start:end] = x[start:end] @ w[group]
+        start = end
+    return out
+
+
+@grouped_mm.register_fake
+def _grouped_mm_fake(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape[0], w.shape[2])
+
+
+class TinyMoE(nn.Module):
+    """A mixture-of-experts layer written as Mixtral's is in transformers: a histogram (no TVM importer) of the
+    chosen experts, a custom grouped matmul, an in-place normalisation of the routing weights and an inverse
+    permutation written into an uninitialised tensor, between ordinary layers."""
+
+    def __init__(self, dim: int = 16, experts: int = 4, top_k: int = 2):
+        super().__init__()
+        self.experts, self.top_k = experts, top_k
+        self.norm = nn.LayerNorm(dim)
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.w_in = nn.Parameter(torch.randn(experts, dim, 2 * dim) * 0.2)
+        self.w_out = nn.Parameter(torch.randn(experts, 2 * dim, dim) * 0.2)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h = self.norm(x)
+        weights, chosen = torch.topk(torch.softmax(self.router(h), dim=-1), self.top_k, dim=-1)
+        weights /= weights.sum(dim=-1, keepdim=True)
+        flat = chosen.reshape(-1)
+        perm = torch.argsort(flat, stable=True)
+        counts = torch.histc(flat.float(), bins=self.experts, min=0, max=self.experts - 1)
+        offs = torch.cumsum(counts, dim=0).to(torch.int64)
+        y = grouped_mm(torch.relu(grouped_mm(h[perm // self.top_k], self.w_in, offs)), self.w_out, offs)
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(perm.numel())
+        y = y[inverse].view(-1, self.top_k, y.shape[-1]) * weights.unsqueeze(-1)
+        return self.out(x + y.sum(dim=1))
+
+
+def tiny_moe():
+    torch.manual_seed(0)
+    return TinyMoE().eval(), (torch.randn(8, 16),)

@@ -16,7 +16,7 @@ from autotune.model.cli import add_model_commands
 from autotune.model.extract import collect_tasks, extract_tasks
 from autotune.task import make_task
 from autotune.tune import tune
-from tests.compile_models import branchy, print_item
+from tests.compile_models import branchy, print_item, tiny_moe
 from tests.conftest import FakeBuilder, SimulatedRunner
 
 
@@ -118,15 +118,19 @@ def test_fast_path_encoder_layer_and_bool_cumsum_run_on_tvm():
 
 
 class Unsupported(nn.Module):
-    def __init__(self):
+    def __init__(self, only: bool = False):
         super().__init__()
+        self.only = only
         self.fc = nn.Linear(8, 8)
+        self.fc2 = nn.Linear(8, 4)
 
     def forward(self, x):
-        return torch.special.erfinv(torch.tanh(self.fc(x)) * 0.5)  # no TVM importer for erfinv
+        if self.only:
+            return torch.special.erfinv(x)  # no TVM importer for erfinv
+        return self.fc2(torch.special.erfinv(torch.tanh(self.fc(x)) * 0.5)) + 1
 
 
-def test_op_tvm_cannot_import_runs_eager_with_one_warning():
+def test_op_tvm_cannot_import_runs_eagerly_between_segments_on_tvm():
     model = Unsupported().eval()
     fn = _compiled(model)
     x = torch.randn(3, 8)
@@ -135,8 +139,33 @@ def test_op_tvm_cannot_import_runs_eager_with_one_warning():
         for _ in range(3):
             _same(fn(x), model(x))
     [w] = _fallbacks(record)
+    assert "erfinv" in str(w.message) and "the rest as 2 segment(s) on TVM" in str(w.message)
+    assert (tb.STATS.splits, tb.STATS.builds, tb.STATS.fallbacks) == (1, 2, 0)  # linear-tanh-mul, linear-add
+
+
+def test_graph_of_one_op_tvm_cannot_import_runs_eager_with_one_warning():
+    model = Unsupported(only=True).eval()
+    fn = _compiled(model)
+    x = torch.rand(3, 8) - 0.5
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            _same(fn(x), model(x))
+    [w] = _fallbacks(record)
     assert "runs eagerly" in str(w.message) and "erfinv" in str(w.message)
     assert tb.STATS.builds == 0
+
+
+def test_mixture_of_experts_splits_around_histc_and_a_custom_op():
+    model, (x,) = tiny_moe()
+    fn = _compiled(model)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for inp in (x, x.flip(0) * 2, x):  # another routing, then back
+            _same(fn(inp), model(inp))
+    [w] = _fallbacks(record)
+    assert "histc" in str(w.message) and "grouped_mm" in str(w.message)
+    assert tb.STATS.splits == 1 and tb.STATS.builds >= 3 and tb.STATS.fallbacks == 0
 
 
 class Mutating(nn.Module):
@@ -226,3 +255,13 @@ def test_cli_extract_compile(capsys):
     assert args.handler(args) == 0
     out = capsys.readouterr().out
     assert "torch.compile captured" in out and "1 tasks, 2 calls" in out
+
+
+def test_extraction_splits_around_ops_tvm_cannot_import(capsys):
+    model, (x,) = tiny_moe()
+    tasks = extract_tasks(model, (x,))  # exports whole, TVM cannot import histc: through torch.compile
+    assert "TVM cannot import" in capsys.readouterr().err
+    want = [make_task("dense", {"batch": 8, "in_features": 16, "out_features": n}).key for n in (4, 16)]
+    assert sorted(t.key for t, _ in tasks) == sorted(want)  # the router and the output layer, in two segments
+    collected = collect_tasks(model, (x,))
+    assert collected.skipped == [] and collected.graphs >= 3 and collected.calls >= 2

@@ -14,6 +14,8 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
     many; it is computed as start + step * arange(count);
   - an integer tensor times (plus, ...) a Python float is a float tensor in PyTorch (a float arange decomposes so),
     TVM keeps the integer dtype and truncates the float: the tensor is cast first;
+  - an integer tensor divided by a Python int with a rounding mode (`x // 2`): TVM makes the int an int32
+    constant and refuses to divide an int64 tensor by it: the int becomes a tensor of the tensor's dtype;
   - `x[mask] = v` with a bool mask over x's leading dimensions (Longformer): TVM's index_put takes integer indices
     only; it is where(mask, v, x);
   - as_strided other than a contiguous view (Longformer's overlapping windows, of a transposed tensor too) fails
@@ -175,6 +177,16 @@ def _float_scalar_promotes(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         if isinstance(val, torch.Tensor) and not val.dtype.is_floating_point:
             args[i] = _insert(graph, node, aten._to_copy.default, (arg,), val.to(out.dtype), {"dtype": out.dtype})
     node.args = tuple(args)
+
+
+def _int_scalar_as_tensor(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    x, scalar = node.args[:2]
+    val = _val(x)
+    if not isinstance(scalar, int) or not isinstance(val, torch.Tensor) or val.dtype.is_floating_point:
+        return
+    tensor = _insert(graph, node, aten.scalar_tensor.default, (scalar,), torch.tensor(scalar, dtype=val.dtype),
+                     {"dtype": val.dtype})
+    node.args = (x, tensor, *node.args[2:])
 
 
 def _masked_fill_as_where(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
@@ -375,6 +387,7 @@ FIXES = {
     aten.index.Tensor: _index_sliced_dimensions,
     aten.arange.start_step: _arange_counting_down,
     aten.index_put.default: _masked_fill_as_where,
+    aten.div.Tensor_mode: _int_scalar_as_tensor,
     aten.as_strided.default: _as_strided_as_gather,
     aten.unfold.default: _unfold_as_gather,
     aten.view_as_real.default: _fft_as_matmuls,

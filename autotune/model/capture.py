@@ -25,6 +25,11 @@ class ExportFailed(AutotuneError):
     """torch.export cannot capture the program whole (extraction can go through torch.compile instead)."""
 
 
+class ImportFailed(AutotuneError):
+    """TVM's importer cannot take the exported program (an op it has no converter for, ...): extraction can go
+    through torch.compile instead, which splits graphs around such ops."""
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """Shape and dtype of one model input: what the built model accepts (the guard)."""
@@ -173,7 +178,7 @@ def import_program(program: Any, example: Sequence[Any], name: str, decomposed: 
         try:
             mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=not decomposed)
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
-            raise AutotuneError(f"TVM cannot import {name}: {_why(err)}") from None
+            raise ImportFailed(f"TVM cannot import {name}: {_why(err)}") from None
     mod = compute_bools_as_int8(fold_batch_norms(mod))
     params = mod["main"].params
     specs = tuple(InputSpec(p.name, tuple(int(d) for d in p.ty.shape), str(p.ty.dtype)) for p in params)

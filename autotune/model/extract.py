@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import AutotuneError
 from ..task import Task, make_task
-from .capture import Captured, ExportFailed, capture
+from .capture import Captured, ExportFailed, ImportFailed, capture
 
 
 @dataclass(frozen=True)
@@ -463,7 +463,7 @@ def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
     """Tunable tasks of a model (reference, module or Captured) with their call counts.
 
     via: "export" (torch.export, the whole program), "compile" (every graph torch.compile captures,
-    for programs torch.export cannot take whole), or "auto" (export, else compile).
+    for programs torch.export cannot take whole or TVM cannot import whole), or "auto" (export, else compile).
     left: if given, gets a line ("what: why") per call of a tunable kind that is left to TVM.
     """
     if via not in ("export", "compile", "auto"):
@@ -475,7 +475,7 @@ def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
     else:
         try:
             captured = capture(model, inputs)
-        except ExportFailed as err:
+        except (ExportFailed, ImportFailed) as err:
             if via == "export":
                 raise
             print(f"{err}; extracting the graphs torch.compile captures instead", file=sys.stderr)
@@ -511,6 +511,7 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
 
     from .capture import import_program, load_factory
     from .fx_graph import Refused, call_key, export_graph, graph_label, static_inputs
+    from .partition import split_for_tvm, unimportable
 
     tgt = resolve_target(target)
     if isinstance(model, (str, Path)):
@@ -524,24 +525,33 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
     out = Collected([], 0, 0, [])
 
     def backend(gm: Any, example_inputs: Any) -> Any:
-        label, by_key = graph_label(gm), {}
+        label, by_key, split = graph_label(gm), {}, None
         out.graphs += 1
 
         def run(*args: Any) -> Any:
+            nonlocal split
             static = static_inputs(gm, args)
             key = call_key(args, static)
             if key not in by_key:
                 by_key[key] = []
                 try:
                     exported = export_graph(gm, args, static)
-                    captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
-                                           decomposed=True)
-                    by_key[key], skipped = find_sites(captured.mod, tgt)
-                    out.left.extend(f"{label}: {s.what}: {s.reason}" for s in skipped)
+                    missing = unimportable(exported.program)
+                    if missing:  # as the backend does: split around them, the segments are graphs of their own
+                        if split is None:
+                            split = split_for_tvm(gm, missing, lambda segment: backend(segment, None))[0]
+                        by_key[key] = None
+                    else:
+                        captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
+                                                  decomposed=True)
+                        by_key[key], skipped = find_sites(captured.mod, tgt)
+                        out.left.extend(f"{label}: {s.what}: {s.reason}" for s in skipped)
                 except Refused as why:
                     out.skipped.append(f"{label}: {why.reason}")
                 except AutotuneError as err:
                     out.skipped.append(f"{label}: {err}")
+            if by_key[key] is None:  # the segments record their own calls
+                return split(*args)
             out.calls += 1
             sites.extend(by_key[key])
             return gm(*args)
