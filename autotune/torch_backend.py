@@ -24,7 +24,7 @@ import torch
 
 from .errors import AutotuneError
 from .model.fx_graph import Exported, Refused, call_key, export_graph, graph_label, one_line, static_inputs
-from .model.partition import split_for_tvm, unimportable
+from .model.partition import split_for_tvm, written_inputs
 
 BACKEND_NAME = "autotune"
 OPTIONS = {"logs": "tuning logs (paths)", "target": "llvm or a JSON target dict (CPU only)",
@@ -129,25 +129,27 @@ def tvm_runner(built: Any, user: list[int]) -> Callable[[Sequence[Any]], list[An
     return run
 
 
-def check_outputs(got: Sequence[Any], ref: Any) -> None:
+def check_outputs(got: Sequence[Any], ref: Any, what: str = "output") -> None:
     """Refuse outputs that differ from eager: rtol 1e-3, atol 1e-4 + 1e-3 max|finite ref| (float; infinities and
-    NaN where eager has them), equal (other)."""
+    NaN where eager has them), equal (other). `what`: the values' name in the reason."""
     ref = list(ref) if isinstance(ref, (list, tuple)) else [ref]
     if len(got) != len(ref):
-        raise Refused(f"{len(got)} outputs instead of {len(ref)}")
+        raise Refused(f"{len(got)} {what}s instead of {len(ref)}")
     for k, (g, r) in enumerate(zip(got, ref)):
-        if not isinstance(r, torch.Tensor):
-            raise Refused(f"output {k} is a {type(r).__name__}, not a tensor")
+        if not isinstance(r, torch.Tensor) or not isinstance(g, torch.Tensor):
+            if type(g) is not type(r) or g != r:  # a split graph's eager parts give numbers, None, ...
+                raise Refused(f"{what} {k} is {g!r:.80}, eager gives {r!r:.80}")
+            continue
         if g.shape != r.shape or g.dtype != r.dtype:
-            raise Refused(f"output {k} is {list(g.shape)} {g.dtype}, eager gives {list(r.shape)} {r.dtype}")
+            raise Refused(f"{what} {k} is {list(g.shape)} {g.dtype}, eager gives {list(r.shape)} {r.dtype}")
         if r.dtype.is_floating_point:
             finite = r[torch.isfinite(r)]  # -inf masks and NaN compare as equal values, not in the scale
             atol = 1e-4 + 1e-3 * float(finite.abs().max()) if finite.numel() else 1e-4
             if not torch.allclose(g, r, rtol=1e-3, atol=atol, equal_nan=True):
                 err = float((g - r).abs().max())
-                raise Refused(f"output {k} differs from eager (max abs error {err:.3g}, atol {atol:.3g})")
+                raise Refused(f"{what} {k} differs from eager (max abs error {err:.3g}, atol {atol:.3g})")
         elif not torch.equal(g, r):
-            raise Refused(f"output {k} ({r.dtype}) differs from eager")
+            raise Refused(f"{what} {k} ({r.dtype}) differs from eager")
 
 
 class GraphRunner:
@@ -193,17 +195,18 @@ class GraphRunner:
             if built is not None:
                 STATS.hits += 1
                 return tvm_runner(built, exported.user), None
-            missing = unimportable(exported.program)
-            if missing:  # split around them; the segments build (and check) themselves, the whole is checked too
-                built, run = None, self._segments(missing)
-            else:
+            built, run = None, self._segments(exported)  # None: one build takes the whole graph
+            if run is None:
                 built = self._build(exported, args)
                 run = tvm_runner(built, exported.user)
             got = None
-            if self.settings.verify:
-                got = self._first_run(run, args)
+            if self.settings.verify:  # the inputs it writes in place are copies on the trial run, and compared
+                written = sorted(written_inputs(self.gm)) if exported.mutates else []
+                trial = [a.clone() if i in written else a for i, a in enumerate(args)]
+                got = self._first_run(run, trial)
                 ref = self.gm(*args)
                 check_outputs(got, ref)
+                check_outputs([trial[i] for i in written], [args[i] for i in written], "input written in place")
             if built is not None:
                 _BUILDS[exported.key] = built
                 STATS.builds += 1
@@ -227,18 +230,21 @@ class GraphRunner:
         except Exception as err:  # noqa: BLE001 - whatever TVM cannot take runs eagerly
             raise Refused(f"TVM cannot build it: {one_line(err)}") from None
 
-    def _segments(self, missing: list[torch.fx.Node]) -> Callable[[Sequence[Any]], Any]:
-        """Run the graph split around the ops TVM cannot import (`partition.split_for_tvm`): they run eagerly,
-        each segment through a GraphRunner of its own (built, checked, eager where it must be, per shapes)."""
+    def _segments(self, exported: Exported) -> Callable[[Sequence[Any]], Any] | None:
+        """Run the graph split where one build cannot take it whole (`partition.split_for_tvm`): those parts run
+        eagerly, each segment through a GraphRunner of its own (built, checked, eager where it must be, per shapes).
+        None where one build takes the whole graph."""
         if self.split is None:
             def runner(segment: torch.fx.GraphModule) -> GraphRunner:
                 STATS.graphs += 1
                 return GraphRunner(segment, self.settings)
 
-            split, account = split_for_tvm(self.gm, missing, runner)
+            made = split_for_tvm(self.gm, exported, runner)
+            if made is None:
+                return None
+            self.split, account = made
             STATS.splits += 1
             warnings.warn(f"autotune backend: {self.label}: {account} on TVM", AutotuneFallbackWarning, stacklevel=5)
-            self.split = split
         split = self.split
         return lambda args: split(*args)
 

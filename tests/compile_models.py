@@ -48,10 +48,7 @@ def print_item():
     return PrintItem().eval(), (torch.randn(4, 16),)
 
 
-@torch.library.custom_op("autotune_tests::grouped_mm", mutates_args=())
-def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """Rows of x sorted by group, times their group's matrix (as transformers' grouped_mm_fallback): a custom op
-    TVM's importer does not know."""
+def _grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     out = x.new_zeros(x.shape[0], w.shape[2])
     start = 0
     for group, end in enumerate(offs.tolist()):
@@ -60,9 +57,20 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Te
     return out
 
 
-@grouped_mm.register_fake
-def _grouped_mm_fake(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    return x.new_empty(x.shape[0], w.shape[2])
+def _custom_grouped_mm():
+    """Rows of x sorted by group, times their group's matrix (as transformers' grouped_mm_fallback): a custom op
+    TVM's importer does not know. Defined once per process: this file is also loaded by path (`autotune extract
+    tests/compile_models.py:...`), and defining the op again would destroy the registration the first one uses."""
+    try:
+        return torch.ops.autotune_tests.grouped_mm.default
+    except (AttributeError, RuntimeError):
+        pass
+    op = torch.library.custom_op("autotune_tests::grouped_mm", _grouped_mm, mutates_args=())
+    op.register_fake(lambda x, w, offs: x.new_empty(x.shape[0], w.shape[2]))
+    return torch.ops.autotune_tests.grouped_mm.default
+
+
+grouped_mm = _custom_grouped_mm()
 
 
 class TinyMoE(nn.Module):

@@ -511,7 +511,7 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
 
     from .capture import import_program, load_factory
     from .fx_graph import Refused, call_key, export_graph, graph_label, static_inputs
-    from .partition import split_for_tvm, unimportable
+    from .partition import split_for_tvm
 
     tgt = resolve_target(target)
     if isinstance(model, (str, Path)):
@@ -536,11 +536,11 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
                 by_key[key] = []
                 try:
                     exported = export_graph(gm, args, static)
-                    missing = unimportable(exported.program)
-                    if missing:  # as the backend does: split around them, the segments are graphs of their own
-                        if split is None:
-                            split = split_for_tvm(gm, missing, lambda segment: backend(segment, None))[0]
-                        by_key[key] = None
+                    if split is None:  # as the backend does: split where one build cannot take it whole
+                        made = split_for_tvm(gm, exported, lambda segment: backend(segment, None))
+                        split = made[0] if made else False
+                    if split is not False:
+                        by_key[key] = None  # the segments are graphs of their own
                     else:
                         captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
                                                   decomposed=True)

@@ -36,10 +36,16 @@ def placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "placeholder"]
 
 
+WRITTEN = "autotune_written"  # placeholder meta: the tensor is written in place elsewhere (never a constant)
+
+
 def static_inputs(gm: torch.fx.GraphModule, args: Sequence[Any]) -> set[int]:
-    """Positions of the graph inputs that are parameters or buffers (embedded as constants)."""
+    """Positions of the graph inputs that are parameters or buffers (embedded as constants), but for those
+    marked WRITTEN (a segment's input that the graph around it writes in place, `partition`)."""
     out = set()
     for i, (node, a) in enumerate(zip(placeholders(gm), args)):
+        if node.meta.get(WRITTEN):
+            continue
         tensor_dict = node.meta.get("tensor_dict") or {}
         if isinstance(a, torch.nn.Parameter) or tensor_dict.get("_dynamo_static_input_type"):
             out.add(i)
@@ -107,15 +113,19 @@ WEIGHT_PREFIX = "autotune_w_"
 
 @dataclass
 class Exported:
-    """A graph exported for concrete inputs: the program, its user inputs (positions in args), a cache key."""
+    """A graph exported for concrete inputs: the program, its user inputs (positions in args), a cache key, and
+    what keeps the graph from being one TVM build (`export_graph`; the backend splits such graphs)."""
 
     program: Any  # torch.export.ExportedProgram
     user: list[int]
     key: str
+    mutates: str = ""  # "BUFFER_MUTATION, ...": the graph writes its inputs or buffers in place
+    unfit_output: str = ""  # why an output cannot come from a build (a view of an input, not a tensor)
 
 
 def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int], salt: str = "") -> Exported:
-    """Export the graph specialised to `args`, or refuse (device, autograd, export failure, mutation)."""
+    """Export the graph specialised to `args`, or refuse (device, autograd, export failure, random numbers).
+    In-place writes to its inputs and outputs a build cannot give are noted (`Exported.mutates`, `unfit_output`)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if any(t.device.type != "cpu" for t in tensors):
         raise Refused("inputs are not on the CPU (the backend builds for llvm only)")
@@ -131,9 +141,6 @@ def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]
         except Exception as err:  # noqa: BLE001 - any export failure means: run eagerly
             raise Refused(f"torch.export failed: {one_line(err)}") from None
     kinds = {s.kind.name for s in program.graph_signature.output_specs} - {"USER_OUTPUT"}
-    if kinds:
-        raise Refused(f"the graph mutates its inputs or buffers ({', '.join(sorted(kinds))})")
-    check_outputs_static(gm)
     random = sorted({str(n.target) for n in program.graph.nodes if n.op == "call_function"
                      and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())})
     if random:
@@ -147,24 +154,28 @@ def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]
         if isinstance(t, torch.Tensor) and not name.startswith(WEIGHT_PREFIX):  # the graph's own constants
             digest.update(name.encode() + _content_hash(t))
     digest.update(salt.encode())
-    return Exported(program, user, digest.hexdigest())
+    return Exported(program, user, digest.hexdigest(), ", ".join(sorted(kinds)), unfit_output(gm))
 
 
-def check_outputs_static(gm: torch.fx.GraphModule) -> None:
-    """Refuse outputs a build cannot reproduce: non-tensors, and views of inputs (TVM returns copies)."""
+def storage(val: Any) -> Any:
+    """The storage of a tensor (a FakeTensor of the graph's example values too), comparable with ==; None else."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    def storage(val: Any) -> Any:
-        return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
+    return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
 
+
+def unfit_output(gm: torch.fx.GraphModule) -> str:
+    """Why an output of the graph cannot come from a build ("" if none): a non-tensor, or a view of an input
+    (TVM returns new tensors)."""
     inputs = {storage(n.meta.get("example_value")) for n in placeholders(gm)} - {None}
     outs = gm.graph.output_node().args[0]
     for k, out in enumerate(outs if isinstance(outs, (list, tuple)) else [outs]):
         val = out.meta.get("example_value") if isinstance(out, torch.fx.Node) else out
         if not isinstance(val, torch.Tensor):
-            raise Refused(f"output {k} is a {type(val).__name__}, not a tensor")
+            return f"output {k} is a {type(val).__name__}, not a tensor"
         if storage(val) in inputs:
-            raise Refused(f"output {k} is a view of an input (kept eager to keep the aliasing)")
+            return f"output {k} is a view of an input (kept eager to keep the aliasing)"
+    return ""
 
 
 def _content_hash(t: torch.Tensor) -> bytes:

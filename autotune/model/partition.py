@@ -1,7 +1,8 @@
-"""Split a captured FX graph at the ops TVM cannot import: those run eagerly, the rest in segments TVM builds.
+"""Split a captured FX graph where one build cannot take it whole: those parts run eagerly, the rest in segments.
 
 A Dynamo graph with one op TVM's importer has no converter for (`torch.histc`, a custom op such as
-transformers' `grouped_mm_fallback`) would otherwise run eagerly whole. Here the graph's exported (core ATen)
+transformers' `grouped_mm_fallback`), an in-place write to its inputs (a cache updated in place) or an output
+that is a view of an input would otherwise run eagerly whole. Here the graph's exported (core ATen)
 program names the ops TVM lacks and each is traced back to the node of the Dynamo graph it came from (its stack
 trace's line in the graph's code). The other nodes form segments: runs of consecutive nodes in the graph's own
 order, so that every node, eager or not, runs in that order (in-place writes stay where they were). Each segment
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
-from .fx_graph import Refused
+from .fx_graph import WRITTEN, Exported, Refused, placeholders, storage
 
 SEGMENT_PREFIX = "tvm_segment_"
 _GRAPH_FRAME = 'File "<eval_with_key>'  # a frame of an FX GraphModule's generated forward
@@ -87,10 +88,7 @@ def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 
 def _storage(node: torch.fx.Node) -> Any:
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    val = node.meta.get("example_value")
-    return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
+    return storage(node.meta.get("example_value"))
 
 
 def eager_nodes(gm: torch.fx.GraphModule, unimportable_nodes: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
@@ -168,21 +166,40 @@ class Segment(torch.nn.Module):
         return tuple(self.runner(*args))
 
 
-def split_for_tvm(gm: torch.fx.GraphModule, missing: Sequence[torch.fx.Node],
+def written_inputs(gm: torch.fx.GraphModule) -> set[int]:
+    """Positions of the graph's inputs that an in-place op it has (`_written`) writes, or a view of them."""
+    inputs = {_storage(p): k for k, p in enumerate(placeholders(gm)) if _storage(p) is not None}
+    return {inputs[_storage(t)] for n in gm.graph.nodes for t in _written(n) if _storage(t) in inputs}
+
+
+def split_for_tvm(gm: torch.fx.GraphModule, exported: Exported,
                   runner: Callable[[torch.fx.GraphModule], Callable[..., Sequence[Any]]]
-                  ) -> tuple[torch.fx.GraphModule, str]:
-    """`gm` split around `missing` (nodes of its exported program, `unimportable`), each segment run by
-    `runner(segment)` and labelled "graph <id> segment k/n" (`fx_graph.graph_label`). Returns the split graph
-    and a one-line account of the split; raises Refused where it cannot be split."""
+                  ) -> tuple[torch.fx.GraphModule, str] | None:
+    """`gm` split where one build cannot take it whole: ops TVM cannot import (`unimportable`), in-place writes
+    to its inputs (`Exported.mutates`), outputs a build cannot give (`Exported.unfit_output`). Each segment is run
+    by `runner(segment)` and labelled "graph <id> segment k/n" (`fx_graph.graph_label`). Returns the split graph
+    and a one-line account of it, None where nothing stops one build; raises Refused where it cannot split."""
+    missing = unimportable(exported.program)
     ops = ", ".join(sorted({getattr(n.target, "__name__", str(n.target)) for n in missing}))
+    why = "; ".join(filter(None, [
+        missing and f"TVM cannot import {ops}",
+        exported.mutates and f"the graph writes its inputs or buffers in place ({exported.mutates})",
+        exported.unfit_output]))
+    if not why:
+        return None
     lacking = {source_node(n, gm) for n in missing}
     if None in lacking:
-        raise Refused(f"TVM cannot import {ops} (not traced back to the graph's nodes to split it)")
+        raise Refused(f"{why} (not traced back to the graph's nodes to split it)")
+    if exported.mutates and not written_inputs(gm):
+        raise Refused(f"{why}, by an op not recognised as an in-place write")
     split, names = split_graph(gm, eager_nodes(gm, lacking))
     if not names:
-        raise Refused(f"TVM cannot import {ops}, and no run of two or more other ops is left to build")
+        raise Refused(f"{why}, and no run of two or more other ops is left to build")
+    written = {_storage(t) for n in gm.graph.nodes for t in _written(n)} - {None}
     for k, name in enumerate(names):
         segment = getattr(split, name)
         segment.meta["dynamo_compile_id"] = f"{gm.meta.get('dynamo_compile_id', '?')} segment {k + 1}/{len(names)}"
+        for p in placeholders(segment):  # a cache written in place is an input of each call, not a constant
+            p.meta[WRITTEN] = _storage(p) in written
         setattr(split, name, Segment(runner(segment)))
-    return split, f"{len(lacking)} op(s) TVM cannot import ({ops}) run eagerly, the rest as {len(names)} segment(s)"
+    return split, f"{why}: those parts run eagerly, the rest as {len(names)} segment(s)"
