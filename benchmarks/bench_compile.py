@@ -215,6 +215,7 @@ def bench_speed(names: list[str], logs_dir: str, threads: int) -> list[str]:
     """Rows of the speed table: eager, autotune (tuned logs), inductor, in this process."""
     import torch
     from bench_model import median_ms
+    from compile_zoo import ZOO
     from models import MODELS
 
     import autotune.torch_backend as tb
@@ -222,22 +223,27 @@ def bench_speed(names: list[str], logs_dir: str, threads: int) -> list[str]:
     torch.set_num_threads(threads)
     rows = []
     for name in names:
-        model, inputs = MODELS[name]()
+        if name in MODELS:
+            model, inputs = MODELS[name]()
+            call = (lambda m, x: m(*x))
+        else:  # a module of the zoo (keyword inputs)
+            model, inputs = ZOO[name]()
+            call = (lambda m, x: m(**x))
         log = os.path.join(logs_dir, f"{name}.jsonl")
         options = {"logs": [log]} if os.path.exists(log) else None
         with torch.no_grad():
-            ref = model(*inputs)
-            eager_ms = median_ms(lambda m=model, x=inputs: m(*x))
+            ref = call(model, inputs)
+            eager_ms = median_ms(lambda m=model, x=inputs: call(m, x))
             res = {}
             for backend in ("autotune", "inductor"):
                 torch._dynamo.reset()
                 tb.clear_cache()
                 fn = torch.compile(model, backend=backend, options=options if backend == "autotune" else None)
                 t0 = time.time()
-                out = fn(*inputs)
+                out = call(fn, inputs)
                 compile_s = time.time() - t0
                 ok, err = compare(out, ref)
-                res[backend] = (median_ms(lambda f=fn, x=inputs: f(*x)), compile_s, err, ok)
+                res[backend] = (median_ms(lambda f=fn, x=inputs: call(f, x)), compile_s, err, ok)
                 if backend == "autotune":
                     kernels = [k for b in tb.builds() for k in b.report.kernels]
                     tuned = f"{sum(k.tuned for k in kernels)}/{len(kernels)}"
@@ -257,7 +263,8 @@ def main() -> None:
     ap.add_argument("--modules", nargs="*", help="these modules of the zoo only")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per module (both backends)")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--speed-models", nargs="*", default=["resnet18", "transformer_layer", "mobilenet_blocks"])
+    ap.add_argument("--speed-models", nargs="*", default=["resnet18", "transformer_layer", "mobilenet_blocks"],
+                    help="models of benchmarks/models.py or modules of the zoo (compile_zoo.py) to time")
     ap.add_argument("--logs", default="benchmarks/work/models", help="folder of <model>.jsonl (bench_model.py)")
     ap.add_argument("--no-coverage", action="store_true")
     ap.add_argument("--jobs", type=int, default=1,
