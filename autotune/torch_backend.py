@@ -7,9 +7,9 @@ Each FX graph is specialised to the concrete shapes it is called with, exported 
 the best logged config per task, default schedules elsewhere. Builds are cached by the exported
 graph, input shapes and dtypes and the identity of the embedded weights, so a guard failure
 that leads back to known shapes costs no build. The first run of each build is checked against
-eager. A graph with ops TVM cannot import is split around them (`model.partition`): those ops run eagerly, each
-segment between them is a graph of its own. A graph that cannot be built, or whose outputs differ, runs eagerly
-with one warning.
+eager. A graph one build cannot take whole (ops TVM cannot import, in-place writes to its inputs, an output that
+is a view of an input) is split (`model.partition`): those parts run eagerly, each segment between them is a graph
+of its own. A graph that cannot be built, or whose outputs differ, runs eagerly with one warning.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class BackendStats:
     hits: int = 0  # a new call signature served by an existing build
     fallbacks: int = 0  # call signatures that run eagerly
     eager_graphs: int = 0  # graphs with at least one call signature run eagerly (each warned once)
-    splits: int = 0  # graphs split around ops TVM cannot import (their segments count as graphs)
+    splits: int = 0  # graphs split where one build cannot take them whole (their segments count as graphs)
     reasons: list[str] = field(default_factory=list)  # one per fallback: "label: reason"
 
 
@@ -161,7 +161,7 @@ class GraphRunner:
         self.by_key: dict[tuple, Callable[[Sequence[Any]], Any]] = {}
         self.builds = 0
         self.warned = False
-        self.split: torch.fx.GraphModule | None = None  # the graph split around ops TVM cannot import
+        self.split: torch.fx.GraphModule | None = None  # the graph split (`_segments`), once it had to be
 
     def __call__(self, *args: Any) -> Any:
         if self.static is None:
