@@ -47,16 +47,18 @@ def resolve(ref: str) -> Template:
 
 
 def current_records(records):
-    """The records made by the version of their template this code has (a config index of another version names
-    another config), skipping templates that no longer import."""
-    versions: dict[str, str | None] = {}
+    """The records made by the version of their template this code has, or by one it declares compatible (same
+    space: `Template.compatible_versions`); a config index of another version names another config. Templates
+    that no longer import are skipped."""
+    versions: dict[str, tuple[str, ...]] = {}
     for r in records:
         if r.input.template not in versions:
             try:
-                versions[r.input.template] = resolve(r.input.template).version
+                template = resolve(r.input.template)
+                versions[r.input.template] = (template.version, *template.compatible_versions)
             except AutotuneError:
-                versions[r.input.template] = None
-        if versions[r.input.template] == r.template_version:
+                versions[r.input.template] = ()
+        if r.template_version in versions[r.input.template]:
             yield r
 
 

@@ -73,6 +73,9 @@ class Template:
     define_space: Callable[[Task], ConfigSpace]
     apply: Callable[[Task, Config], object]
     relayouts: Callable[[Task, Config], tuple[Relayout, ...]] = _no_relayouts  # operands the kernel takes relaid
+    # earlier versions whose spaces are this one's (only the schedule of a config changed): their records name the
+    # same configs, so builds still choose by them (`current_records`); a resumed tuning run measures afresh
+    compatible_versions: tuple[str, ...] = ()
 
     def kernel(self, task: Task, config: Config):
         """The IRModule to compile for `config`: the schedule's, less any PREPACK block (the kernel then

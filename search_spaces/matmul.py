@@ -243,7 +243,12 @@ def batch_matmul_apply(task: Task, cfg: Config):
     return apply_gemm(BATCH_MATMUL, task, cfg)
 
 
-MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply)
-MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply)
-DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply, dense_relayouts)
-BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply)
+# compatible_versions: before a register tile summed over all of K was written back right after (session 44)
+MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply,
+                      compatible_versions=("687b25bbcf06",))
+MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply,
+                              compatible_versions=("c7fd1b95abe8",))
+DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply, dense_relayouts,
+                     compatible_versions=("c6685a3bcb85",))
+BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply,
+                            compatible_versions=("8d7ab524a85b",))

@@ -389,3 +389,22 @@ def test_degenerate_gemm_shapes_schedule_and_compute(shape) -> None:
     space = template.define_space(task)
     for index in range(0, len(space), max(1, len(space) // 6)):
         assert _run(task, template.apply(task, space.get(index))) is None
+
+
+def test_records_of_a_compatible_template_version_still_choose_a_build_kernel():
+    """GEMM logs of the version before the register-tile write-back still name the same configs (same space)."""
+    from autotune.measure_types import MeasureInput, MeasureResult
+    from autotune.model.build import best_by_task
+    from autotune.records import Record
+    from search_spaces import current_records
+
+    ref = "search_spaces.matmul:MATMUL_CPU"
+    template = resolve(ref)
+    task = make_task("matmul", {"M": 64, "N": 48, "K": 32})
+    space = template.define_space(task)
+    old, now, other = (Record(MeasureInput(task, space.get(i), ref), MeasureResult((t,), None, "", 0.0, 0.0), v, 1, {})
+                       for i, t, v in ((3, 1e-5, template.compatible_versions[0]), (4, 2e-5, template.version),
+                                       (5, 1e-6, "0123456789ab")))
+    assert template.compatible_versions and template.version not in template.compatible_versions
+    assert list(current_records([old, now, other])) == [old, now]  # the unknown version is not this space's
+    assert best_by_task([old, now, other])[task.key] is old
