@@ -54,7 +54,8 @@ def config_throughputs(records: Iterable[Record]) -> dict[tuple[str, str], dict[
 
 def records_dataset(records: Iterable[Record], features: str = "loop", max_per_task: int | None = None,
                     seed: int = 0, cache: FeatureCache | None = None, pool: FeaturePool | None = None) -> Dataset:
-    """Features of every record whose template still exists at the version that made it.
+    """Features of every record whose template still exists at the version that made it (or one it declares
+    compatible: the same config, scheduled as the template does now).
 
     `max_per_task` keeps that many configs per task: the best quarter, then a random sample of the rest.
     Knob features need all records to come from one template (rows of different templates do not line up).
@@ -73,7 +74,7 @@ def records_dataset(records: Iterable[Record], features: str = "loop", max_per_t
         except Exception as err:  # noqa: BLE001 - a template that cannot be imported here: skip its records
             warnings.warn(f"skipping records of {ref}: {err}", stacklevel=2)
             continue
-        if template.version != versions[(task_key, ref)]:
+        if versions[(task_key, ref)] not in (template.version, *template.compatible_versions):
             stale.add(ref)
             continue
         task = tasks[task_key]

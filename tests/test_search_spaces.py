@@ -408,3 +408,7 @@ def test_records_of_a_compatible_template_version_still_choose_a_build_kernel():
     assert template.compatible_versions and template.version not in template.compatible_versions
     assert list(current_records([old, now, other])) == [old, now]  # the unknown version is not this space's
     assert best_by_task([old, now, other])[task.key] is old
+    from cost_models.dataset import records_dataset
+    from cost_models.features import FeatureCache
+
+    assert len(records_dataset([old, now], "knob", cache=FeatureCache())) == 2  # both train the cost model
