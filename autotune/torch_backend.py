@@ -190,18 +190,20 @@ class GraphRunner:
         try:
             if self.builds >= self.settings.max_shapes:
                 raise Refused(f"more than {self.settings.max_shapes} input shapes (each shape is a build)")
-            exported = export_graph(self.gm, args, self.static, self.settings.fingerprint())
-            built = _BUILDS.get(exported.key)
-            if built is not None:
-                STATS.hits += 1
-                return tvm_runner(built, exported.user), None
+            exported = None
+            if self.split is None:  # a split graph's new shapes reach only its segments (each exports, builds)
+                exported = export_graph(self.gm, args, self.static, self.settings.fingerprint())
+                built = _BUILDS.get(exported.key)
+                if built is not None:
+                    STATS.hits += 1
+                    return tvm_runner(built, exported.user), None
             built, run = None, self._segments(exported)  # None: one build takes the whole graph
             if run is None:
                 built = self._build(exported, args)
                 run = tvm_runner(built, exported.user)
             got = None
             if self.settings.verify:  # the inputs it writes in place are copies on the trial run, and compared
-                written = sorted(written_inputs(self.gm)) if exported.mutates else []
+                written = sorted(written_inputs(self.gm)) if self.split is not None else []  # only split graphs
                 trial = [a.clone() if i in written else a for i, a in enumerate(args)]
                 got = self._first_run(run, trial)
                 ref = self.gm(*args)
@@ -230,10 +232,10 @@ class GraphRunner:
         except Exception as err:  # noqa: BLE001 - whatever TVM cannot take runs eagerly
             raise Refused(f"TVM cannot build it: {one_line(err)}") from None
 
-    def _segments(self, exported: Exported) -> Callable[[Sequence[Any]], Any] | None:
-        """Run the graph split where one build cannot take it whole (`partition.split_for_tvm`): those parts run
-        eagerly, each segment through a GraphRunner of its own (built, checked, eager where it must be, per shapes).
-        None where one build takes the whole graph."""
+    def _segments(self, exported: Exported | None) -> Callable[[Sequence[Any]], Any] | None:
+        """Run the graph split where one build cannot take it whole (`partition.split_for_tvm`, decided once, on
+        `exported`): those parts run eagerly, each segment through a GraphRunner of its own (built, checked, eager
+        where it must be, per shapes). None where one build takes the whole graph."""
         if self.split is None:
             def runner(segment: torch.fx.GraphModule) -> GraphRunner:
                 STATS.graphs += 1

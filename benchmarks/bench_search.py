@@ -750,6 +750,13 @@ def main() -> None:
         print(body, flush=True)
 
 
+def _shared_options(args) -> str:
+    """The command-line options both sections' commands repeat when not their defaults: tasks, work, section."""
+    return ((f" --tasks {' '.join(repr(t) for t in args.tasks)}" if args.tasks != list(TASKS) else "")
+            + (f" --work {args.work}" if args.work != DEFAULT_WORK else "")
+            + (f" --section {args.section}" if args.section != "bench_search" else ""))
+
+
 def search_section(args, work: Path) -> str:
     """Tuning curves, sample efficiency, feature extraction speed and leave-one-task-out model quality."""
     from autotune.target import cpu_name, host_llvm_target
@@ -767,10 +774,8 @@ def search_section(args, work: Path) -> str:
         f"Command: `python benchmarks/bench_search.py --trials {args.trials} {method_trials}"
         f"--seeds {' '.join(map(str, args.seeds))}"
         + (f" --methods {' '.join(args.methods)}" if args.methods != list(METHODS) else "")
-        + (f" --tasks {' '.join(repr(t) for t in args.tasks)}" if args.tasks != list(TASKS) else "")
-        + (f" --work {args.work}" if args.work != DEFAULT_WORK else "")
+        + _shared_options(args)
         + (f" --model-logs {args.model_logs}" if args.model_logs != MODEL_LOGS else "")
-        + (f" --section {args.section}" if own_section else "")
         + (f" --extra-logs {' '.join(map(str, args.extra_logs))}" if args.extra_logs else "")
         + (" --interleave" if args.interleave else "")
         + (f" --transfer-work {args.transfer_work}" if args.transfer_work else "")
@@ -829,8 +834,7 @@ def quality_section(args, work: Path) -> str:
         f"Command: `python benchmarks/bench_search.py --quality-only --quality-trials {args.quality_trials} "
         f"--ms-trials {args.ms_trials}" + (f" --quality-start {args.quality_start}" if args.quality_start else "")
         + (f" --quality-seeds {' '.join(map(str, args.quality_seeds))}" if args.quality_seeds != [0] else "")
-        + (f" --work {args.work}" if args.work != DEFAULT_WORK else "")
-        + (f" --section {args.section}" if args.section != "bench_search" else "")
+        + _shared_options(args)
         + f"`; CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads. "
         f"The best config of a cold xgb run of {args.quality_trials} trials (loop features, no transfer; as "
         f"`autotune tune` does, its contenders re-timed {RETIMES_TUNE} more times, scored by the median).{start} "

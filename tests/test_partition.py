@@ -29,7 +29,7 @@ def moe_graph():
         [(gm, args)] = captured
         exported = export_graph(gm, args, static_inputs(gm, args))
     torch._dynamo.reset()
-    return gm, args, {source_node(n, gm) for n in unimportable(exported.program)}
+    return gm, args, {source_node(n, {m.name: m for m in gm.graph.nodes}) for n in unimportable(exported.program)}
 
 
 def test_unimportable_ops_traced_back_to_the_graph(moe_graph):

@@ -287,6 +287,16 @@ def test_cli_extract_compile(capsys):
     assert "torch.compile captured" in out and "1 tasks, 2 calls" in out
 
 
+def test_a_split_graph_called_with_new_shapes_keeps_its_split():
+    model, (x,) = tiny_moe()
+    fn = _compiled(model)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for tokens in (8, 6, 5, 7):  # Dynamo's first graph is static, its second takes any number of tokens
+            _same(fn(x[:tokens]), model(x[:tokens]))
+    assert tb.STATS.splits <= 2 and tb.STATS.fallbacks == 0  # one split per Dynamo graph, not per shape
+
+
 def test_extraction_splits_around_ops_tvm_cannot_import(capsys):
     model, (x,) = tiny_moe()
     tasks = extract_tasks(model, (x,))  # exports whole, TVM cannot import histc: through torch.compile

@@ -535,7 +535,8 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
             if key not in by_key:
                 by_key[key] = []
                 try:
-                    exported = export_graph(gm, args, static)
+                    split_already = isinstance(split, torch.fx.GraphModule)  # decided once, not per shape
+                    exported = None if split_already else export_graph(gm, args, static)
                     if split is None:  # as the backend does: split where one build cannot take it whole
                         made = split_for_tvm(gm, exported, lambda segment: backend(segment, None))
                         split = made[0] if made else False

@@ -57,14 +57,14 @@ def unimportable(program: Any) -> list[torch.fx.Node]:
             if n.op == "call_function" and getattr(n.target, "__name__", str(n.target)) not in ops]
 
 
-def source_node(exported: torch.fx.Node, gm: torch.fx.GraphModule) -> torch.fx.Node | None:
-    """The node of `gm` an exported node came from: the first frame of an FX graph's code in its stack trace
-    (the graph the export called) is the line `name = op(...)` of that node. None where it cannot be told."""
+def source_node(exported: torch.fx.Node, nodes: dict[str, torch.fx.Node]) -> torch.fx.Node | None:
+    """The node of a graph (`nodes`: its nodes by name) an exported node came from: the first frame of an FX
+    graph's code in its stack trace (the graph the export called) is the line `name = op(...)` of that node.
+    None where it cannot be told."""
     lines = (exported.meta.get("stack_trace") or "").splitlines()
     for i, line in enumerate(lines[:-1]):
         if line.strip().startswith(_GRAPH_FRAME):
             match = _ASSIGN.match(lines[i + 1])
-            nodes = {n.name: n for n in gm.graph.nodes}
             return nodes.get(match.group(1)) if match else None
     return None
 
@@ -187,7 +187,8 @@ def split_for_tvm(gm: torch.fx.GraphModule, exported: Exported,
         exported.unfit_output]))
     if not why:
         return None
-    lacking = {source_node(n, gm) for n in missing}
+    by_name = {n.name: n for n in gm.graph.nodes}
+    lacking = {source_node(n, by_name) for n in missing}
     if None in lacking:
         raise Refused(f"{why} (not traced back to the graph's nodes to split it)")
     if exported.mutates and not written_inputs(gm):
