@@ -163,7 +163,8 @@ class XGBTuner:
     transfer_elites: configs of the first batch taken from the transfer records by example (`elites`): the fastest
     configs of the other tasks whose template has this space's knobs, mapped onto this space (where a knob value
     maps to several configs, the one the model rates best), before the model's picks (0: off; measured: 95% of the
-    best in 1-47 trials against cold xgb's 25-67 on the four search tasks, benchmarks/RESULTS.md bench_search_s43).
+    best in 1-47 trials against cold xgb's 25-67 on the four search tasks, benchmarks/RESULTS.md bench_search_s43;
+    5 seeds, bench_search_s45: half or less of cold xgb's trials on matmul, conv2d 64x56x56 and dense).
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
     feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
     about 1.5x faster on 2 idle cores; worth more on many cores).
