@@ -162,6 +162,7 @@ class GraphRunner:
         self.builds = 0
         self.warned = False
         self.split: torch.fx.GraphModule | None = None  # the graph split (`_segments`), once it had to be
+        self.written: list[int] = []  # positions of the inputs a split graph writes in place (its eager parts)
 
     def __call__(self, *args: Any) -> Any:
         if self.static is None:
@@ -203,12 +204,12 @@ class GraphRunner:
                 run = tvm_runner(built, exported.user)
             got = None
             if self.settings.verify:  # the inputs it writes in place are copies on the trial run, and compared
-                written = sorted(written_inputs(self.gm)) if self.split is not None else []  # only split graphs
-                trial = [a.clone() if i in written else a for i, a in enumerate(args)]
+                trial = [a.clone() if i in self.written else a for i, a in enumerate(args)]
                 got = self._first_run(run, trial)
                 ref = self.gm(*args)
                 check_outputs(got, ref)
-                check_outputs([trial[i] for i in written], [args[i] for i in written], "input written in place")
+                check_outputs([trial[i] for i in self.written], [args[i] for i in self.written],
+                              "input written in place")
             if built is not None:
                 _BUILDS[exported.key] = built
                 STATS.builds += 1
@@ -245,6 +246,7 @@ class GraphRunner:
             if made is None:
                 return None
             self.split, account = made
+            self.written = sorted(written_inputs(self.gm))
             STATS.splits += 1
             warnings.warn(f"autotune backend: {self.label}: {account} on TVM", AutotuneFallbackWarning, stacklevel=5)
         split = self.split

@@ -74,7 +74,7 @@ def records_dataset(records: Iterable[Record], features: str = "loop", max_per_t
         except Exception as err:  # noqa: BLE001 - a template that cannot be imported here: skip its records
             warnings.warn(f"skipping records of {ref}: {err}", stacklevel=2)
             continue
-        if versions[(task_key, ref)] not in (template.version, *template.compatible_versions):
+        if not template.reads_records_of(versions[(task_key, ref)]):
             stale.add(ref)
             continue
         task = tasks[task_key]

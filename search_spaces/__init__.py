@@ -50,15 +50,15 @@ def current_records(records):
     """The records made by the version of their template this code has, or by one it declares compatible (same
     space: `Template.compatible_versions`); a config index of another version names another config. Templates
     that no longer import are skipped."""
-    versions: dict[str, tuple[str, ...]] = {}
+    templates: dict[str, Template | None] = {}
     for r in records:
-        if r.input.template not in versions:
+        if r.input.template not in templates:
             try:
-                template = resolve(r.input.template)
-                versions[r.input.template] = (template.version, *template.compatible_versions)
+                templates[r.input.template] = resolve(r.input.template)
             except AutotuneError:
-                versions[r.input.template] = ()
-        if r.template_version in versions[r.input.template]:
+                templates[r.input.template] = None
+        template = templates[r.input.template]
+        if template is not None and template.reads_records_of(r.template_version):
             yield r
 
 

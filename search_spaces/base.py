@@ -106,6 +106,11 @@ class Template:
         """
         return schedule_fingerprint(self)
 
+    def reads_records_of(self, version: str | None) -> bool:
+        """Whether records made by `version` of this template name its configs: this version's, or one it
+        declares compatible (`compatible_versions`)."""
+        return version == self.version or version in self.compatible_versions
+
     @cached_property
     def source_hash(self) -> str:
         """Hash of the template's module and of the modules of its package it uses."""

@@ -535,12 +535,11 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
             if key not in by_key:
                 by_key[key] = []
                 try:
-                    split_already = isinstance(split, torch.fx.GraphModule)  # decided once, not per shape
-                    exported = None if split_already else export_graph(gm, args, static)
+                    exported = None if split else export_graph(gm, args, static)  # a split: decided once
                     if split is None:  # as the backend does: split where one build cannot take it whole
                         made = split_for_tvm(gm, exported, lambda segment: backend(segment, None))
                         split = made[0] if made else False
-                    if split is not False:
+                    if split:
                         by_key[key] = None  # the segments are graphs of their own
                     else:
                         captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
