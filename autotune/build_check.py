@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .measure import LocalBuilder
-from .measure_types import ErrorKind, MeasureInput
+from .measure_types import ErrorKind, MeasureInput, failure_reason
 from .task import Task
 
 
@@ -24,6 +24,7 @@ class BuildReport:
     invalid: int = 0
     compile_errors: int = 0
     reasons: Counter = field(default_factory=Counter)  # rejection reasons, numbers masked
+    build_errors: Counter = field(default_factory=Counter)  # why compiling failed (`failure_reason`)
 
     @property
     def valid(self) -> int:
@@ -31,9 +32,12 @@ class BuildReport:
         return self.proposed - self.invalid
 
     def summary(self) -> str:
-        why = "; ".join(f"{n} x {r}" for r, n in self.reasons.most_common(5))
-        return (f"{self.proposed} candidates: {self.valid} valid, {self.invalid} invalid, "
-                f"{self.built} built, {self.compile_errors} failed to build" + (f"\nrejections: {why}" if why else ""))
+        lines = [f"{self.proposed} candidates: {self.valid} valid, {self.invalid} invalid, "
+                 f"{self.built} built, {self.compile_errors} failed to build"]
+        lines += [f"rejected: {n} x {r}" for r, n in self.reasons.most_common(5)]
+        lines += [f"failed to build: {n} x {r}" for r, n in self.build_errors.most_common(5)]
+        return "\n".join(lines)
+
 
 
 def build_only(task: Task, trials: int, template_ref: str, seed: int = 0, batch_size: int = 16,
@@ -66,6 +70,7 @@ def build_only(task: Task, trials: int, template_ref: str, seed: int = 0, batch_
                     report.built += 1
                 else:
                     report.compile_errors += 1
+                    report.build_errors[f"{res.error.value}: {failure_reason(res.message)}"] += 1
     finally:
         builder.close()
     return report

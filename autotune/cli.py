@@ -36,20 +36,21 @@ class _OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The `autotune` command line (docs/reference/cli.md is rendered from it: `autotune.cli_reference`)."""
     p = _OneLineErrors(prog="autotune", description="Tune tensor operators with TVM 0.27.")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("tune", help="tune one operator")
     t.add_argument("op", help="operator (see `autotune ops`)")
     t.add_argument("--shape", required=True, help="shape parameters, e.g. M=1024,N=1024,K=1024")
-    t.add_argument("--dtype", default="float32")
+    t.add_argument("--dtype", default="float32", help="element type (see `autotune ops`)")
     t.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, or a JSON target dict")
-    t.add_argument("--arch", help="CUDA arch, e.g. sm_90")
+    t.add_argument("--arch", help="CUDA arch, e.g. sm_90 (default: the local GPU's, else sm_90)")
     t.add_argument("--trials", type=int, default=200, help="configs to measure in total (a resumed log counts)")
     t.add_argument("--tuner", default="xgb", help="random | grid | xgb (default)")
     t.add_argument("--log", help="log file (default: logs/<task_key>.jsonl); re-running resumes it")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="random seed of the search")
     t.add_argument("--early-stopping", type=int, help="stop after N trials without improvement")
     t.add_argument("--batch-size", type=int, default=8,
                    help="configs built and measured per round (the xgb model is refitted after each)")
@@ -66,16 +67,16 @@ def _parser() -> argparse.ArgumentParser:
     add_dynamic_arguments(t)
 
     b = sub.add_parser("best", help="best valid config per task in logs")
-    b.add_argument("logs", nargs="+")
+    b.add_argument("logs", nargs="+", help="tuning logs (JSONL)")
     b.add_argument("--json", action="store_true", help="one JSON object per task")
     b.add_argument("-o", "--output", help="also write a log of just the best configs (every timing of each; "
                    "`build` and `tune-model` read it as any log), replacing the file whole")
 
     s = sub.add_parser("show", help="summary of logs: records, errors by kind, best GFLOPS")
-    s.add_argument("logs", nargs="+")
+    s.add_argument("logs", nargs="+", help="tuning logs (JSONL)")
 
     pl = sub.add_parser("plot", help="tuning curves of logs (best GFLOPS so far against trials) as a PNG")
-    pl.add_argument("logs", nargs="+")
+    pl.add_argument("logs", nargs="+", help="tuning logs (JSONL), one line each")
     pl.add_argument("-o", "--output", default="tuning.png", help="image file (default: tuning.png)")
     pl.add_argument("--x", choices=list(X_AXES), default="trials", help="horizontal axis")
     pl.add_argument("--task", help="only the tasks whose key or description contains this text")
@@ -87,9 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     add_model_commands(sub)
 
     m = sub.add_parser("train-model", help="train a cost model on logs and save it")
-    m.add_argument("logs", nargs="+")
-    m.add_argument("-o", "--output", required=True)
-    m.add_argument("--features", default="loop", choices=["loop", "knob"])
+    m.add_argument("logs", nargs="+", help="tuning logs to train on")
+    m.add_argument("-o", "--output", required=True, help="model file to write (JSON), replaced whole")
+    m.add_argument("--features", default="loop", choices=["loop", "knob"], help="features of the model: loop nests or knob values")
     return p
 
 
@@ -97,7 +98,7 @@ INTERRUPTED_MESSAGE = "autotune: interrupted; every finished measurement is in t
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)
     interrupted = []
 
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from .measure_types import error_summary
     from .progress import ProgressBar
     from .task import make_task
     from .tune import default_log_path, ensure_measurable, tune
@@ -165,6 +167,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"resumed {result.resumed} records from {log}", file=sys.stderr)
     if result.stopped:
         print(f"stopped early: {result.stopped}", file=sys.stderr)
+    for line in error_summary(r.result for r in result.records):
+        print(f"failed: {line}", file=sys.stderr)
     best = result.best
     if best is None:
         print(f"no valid config among {len(result.records)} trials ({result.errors} errors)")

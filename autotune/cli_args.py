@@ -15,8 +15,9 @@ def add_runner_arguments(p: argparse.ArgumentParser) -> None:
     """How candidates are timed: --threads, --timeout, --repeat, --min-repeat-ms, --cache-flush."""
     p.add_argument("--threads", type=int, default=0, help="kernel threads (default: every core)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per candidate run (load+check+time)")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--min-repeat-ms", type=float, default=100.0)
+    p.add_argument("--repeat", type=int, default=3, help="timed samples per candidate (its record keeps each)")
+    p.add_argument("--min-repeat-ms", type=float, default=100.0,
+                   help="each sample calls the kernel back to back for at least this long")
     p.add_argument("--cache-flush", action="store_true",
                    help="flush the operands (all but the first) from the CPU cache before every timed call, "
                         "as a model's layers find their weights (records say `timing: flushed`)")

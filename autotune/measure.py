@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from . import measure_worker
+from .gpu import gpu_facts
 from .measure_types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from .records import now
 from .target import host_cores
@@ -24,6 +25,7 @@ class Builder(Protocol):
 class Runner(Protocol):
     threads: int
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]: ...
+    def device(self, target_kind: str) -> dict[str, str]: ...  # what records name of the device (GPU model...)
     def close(self) -> None: ...
 
 
@@ -97,6 +99,11 @@ class LocalRunner:
                                                           o.repeat, o.min_repeat_ms, o.cache_flush), o.timeout)
             results.append(_to_measure_result(call, b.build_s))
         return results
+
+    def device(self, target_kind: str) -> dict[str, str]:
+        """This machine's GPU (model, driver, CUDA version) for CUDA kernels; nothing more for CPU ones (the
+        target names the CPU)."""
+        return gpu_facts() if target_kind == "cuda" else {}
 
     def close(self) -> None:
         self._worker.close()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+import re
+from collections import Counter
+from typing import Iterable
 from dataclasses import dataclass
 
 from .space import Config
@@ -54,3 +57,20 @@ class MeasureResult:
     @property
     def mean_s(self) -> float:
         return sum(self.costs) / len(self.costs) if self.costs else float("inf")
+
+
+def failure_reason(message: str) -> str:
+    """One line saying why a build or a run failed, from its error text: the first line naming an error (else the
+    first line), temporary paths and numbers masked so that equal causes count together."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return "no message"
+    line = next((x for x in lines if re.search(r"\berror\b", x, re.I)), lines[0])
+    line = re.sub(r"/tmp/\S*?/", "", line)
+    return re.sub(r"\d+", "N", line)[:160]
+
+
+def error_summary(results: Iterable[MeasureResult], top: int = 3) -> list[str]:
+    """The most common causes of failed measurements, e.g. "5 x compile_error: ld: error adding symbols ..."."""
+    causes = Counter(f"{r.error.value}: {failure_reason(r.message)}" for r in results if r.error is not None)
+    return [f"{n} x {cause}" for cause, n in causes.most_common(top)]

@@ -1,7 +1,7 @@
 """Re-timing the contenders after the last trial, so that the best config is not a lucky timing.
 
-One timing of a kernel varies by about 5% here and the machine's speed drifts by as much within a minute,
-so the best of hundreds of single timings is partly luck (benchmarks/RESULTS.md, bench_search). After
+One timing of a kernel varies by a few percent and a machine's speed can drift by as much within a minute,
+so the best of hundreds of single timings is partly luck. After
 the last trial, the configs first measured within RETIME_SHARE of the best one (at most RETIME_TOP of
 them, `records.contenders`) are timed `rounds` more times, each round over all of them in a shuffled order, and
 `records.best_record` scores each contender by the median of its timings. Re-timings are ordinary records

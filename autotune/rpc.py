@@ -76,13 +76,20 @@ def measure_remote(server: Server, session_timeout: float, artifact: str, target
     return None, "", costs
 
 
-def remote_threads(server: Server, session_timeout: float) -> int:
-    """How many kernel threads TVM uses on the server."""
+def remote_facts(server: Server, session_timeout: float) -> tuple[int, dict[str, str]]:
+    """How many kernel threads TVM uses on the server, and its GPU 0 as records name it (model, the CUDA version its
+    driver supports; empty without a GPU)."""
     from tvm import rpc
 
     host, port, matchkey = server
     remote = rpc.connect(host, port, matchkey, session_timeout=session_timeout)
-    return int(remote.get_function("runtime.NumThreads")())
+    threads = int(remote.get_function("runtime.NumThreads")())
+    try:
+        dev = remote.cuda(0)
+        gpu = {"gpu": str(dev.device_name), "cuda": str(dev.driver_version)} if dev.exist else {}
+    except Exception:  # noqa: BLE001 - a server built without CUDA has no CUDA device API
+        gpu = {}
+    return threads, gpu
 
 
 def call_with_timeout(fn: Callable[..., Any], args: tuple, timeout: float) -> tuple[str, Any]:
@@ -128,7 +135,7 @@ class RPCRunner:
         self._lock = threading.Lock()
         self._refs: dict[Task, tuple[list[np.ndarray], np.ndarray, int]] = {}
         self._check_registered()
-        self.threads = self._server_threads()
+        self.threads, self._gpu = self._server_facts()
 
     @property
     def address(self) -> str:
@@ -143,24 +150,28 @@ class RPCRunner:
             seen = ", ".join(sorted(k for k, v in keys.items() if v["servers"])) or "none"
             raise AutotuneError(f"no RPC server registered under key {self.key} at {self.address} (keys seen: {seen})")
 
-    def _server_threads(self) -> int:
-        """Kernel threads of the servers (asks one); must agree with options.threads when that is set."""
+    def _server_facts(self) -> tuple[int, dict[str, str]]:
+        """Kernel threads and GPU of the servers (asks one); the threads must agree with options.threads when set."""
         try:
             server = request_server(*self.tracker, self.key, self.request_timeout)
         except (OSError, ValueError) as err:
             raise AutotuneError(f"no RPC server under key {self.key} at {self.address} became free: {err}") from None
-        status, value = call_with_timeout(remote_threads, (server, self.session_timeout),
+        status, value = call_with_timeout(remote_facts, (server, self.session_timeout),
                                           self.session_timeout + CLIENT_GRACE_S)
         if status != "ok":
             why = "no answer" if status == "timeout" else f"{type(value).__name__}: {str(value).strip()[-300:]}"
             raise AutotuneError(f"RPC server {server[0]}:{server[1]} (key {self.key}) failed to answer: "
                                 + why.replace("\n", " "))
-        threads = int(value)
+        threads, gpu = int(value[0]), value[1]
         if self.options.threads and self.options.threads != threads:
             raise AutotuneError(f"RPC servers under key {self.key} run {threads} kernel thread(s), not the "
                                 f"{self.options.threads} asked for: restart them with TVM_NUM_THREADS="
                                 f"{self.options.threads} (autotune rpc server --threads {self.options.threads})")
-        return threads
+        return threads, gpu
+
+    def device(self, target_kind: str) -> dict[str, str]:
+        """The servers' GPU (asked of one when the runner started) for CUDA kernels; nothing for CPU ones."""
+        return dict(self._gpu) if target_kind == "cuda" else {}
 
     def _servers(self) -> list[str]:
         """Servers registered under the key now ("host:port"); none if the tracker is unreachable."""

@@ -270,7 +270,7 @@ def add_rpc_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     sub = p.add_subparsers(dest="rpc_command", required=True)
     t = sub.add_parser("tracker", help="run an RPC tracker in the foreground (Ctrl-C stops it)")
     t.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    t.add_argument("--port", type=int, default=9190)
+    t.add_argument("--port", type=int, default=9190, help="port to listen on")
     s = sub.add_parser("server", help="run an RPC server in the foreground (Ctrl-C stops it)")
     s.add_argument("--key", required=True, help="device key clients ask the tracker for, e.g. epyc-2core")
     s.add_argument("--tracker", default=DEFAULT_TRACKER, help="tracker HOST:PORT")
@@ -280,7 +280,7 @@ def add_rpc_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     s.add_argument("--threads", type=int, default=0, help="kernel threads (sets TVM_NUM_THREADS; 0: inherit)")
     st = sub.add_parser("status", help="servers and queues the tracker sees")
     st.add_argument("--tracker", default=DEFAULT_TRACKER, help="tracker HOST:PORT")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="print the tracker's answer as JSON")
     return p
 
 

@@ -36,7 +36,7 @@ def use_target_threads(target: dict[str, Any]) -> None:
     """Run this process's CPU kernels on the target's `num-cores` threads, as the tuner measured them.
 
     With TVM_NUM_THREADS unset, TVM's thread pool takes half the logical CPUs on x86: 1 on a 2-vCPU VM, where a
-    kernel tuned on 2 threads then ran at half its speed (6.6 ms against 3.4 for a 512^3 matmul). The pool reads
+    kernel tuned on 2 threads then runs at half its speed. The pool reads
     TVM_NUM_THREADS once, when it starts (first parallel kernel, or `tvm.runtime.num_threads()`): this sets it,
     unless the user did, and starts the pool. Warns when the pool had already started with another count.
     """
@@ -123,6 +123,14 @@ def cpu_name(target: dict[str, Any]) -> str:
     return str(target.get("mcpu", "generic")) + (f" without {', '.join(groups)}" if groups else "")
 
 
+def default_cuda_arch() -> str:
+    """The local GPU's arch when this machine has one (nvidia-smi), else DEFAULT_CUDA_ARCH."""
+    from .gpu import local_gpu
+
+    gpu = local_gpu()
+    return gpu["arch"] if gpu else DEFAULT_CUDA_ARCH
+
+
 def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[str, Any]:
     """Turn `llvm`, `cuda` or a JSON dict (string or mapping) into a complete target dict."""
     if isinstance(spec, str):
@@ -149,7 +157,7 @@ def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[st
     else:
         if arch:
             target["arch"] = arch
-        target.setdefault("arch", DEFAULT_CUDA_ARCH)
+        target.setdefault("arch", default_cuda_arch())
         if not str(target["arch"]).startswith("sm_"):
             raise AutotuneError(f"CUDA arch must look like sm_XX; got {target['arch']!r}")
     return target

@@ -278,7 +278,7 @@ def autotune_backend(gm: Any, example_inputs: Sequence[Any], options: dict | Non
 
 
 def _register() -> None:
-    """Register with Dynamo unless its entry point (setup.py) is already known: the name must stay unique."""
+    """Register with Dynamo unless its entry point (pyproject.toml) is already known: the name must stay unique."""
     if BACKEND_NAME not in torch._dynamo.list_backends(exclude_tags=()):
         torch._dynamo.register_backend(autotune_backend, name=BACKEND_NAME)
 

@@ -25,9 +25,9 @@ def select_transfer(task: Task, records: Sequence[Record], limit: int = MAX_TRAN
     """Up to `limit` records of tasks other than `task`: every one of the same operator first, then the most
     recent of the others.
 
-    Other shapes of the same operator teach a model the most about a new shape (benchmarks/RESULTS.md,
-    `bench_search`: held-out matmul 1024^3 is ranked at Spearman 0.66 from two convolutions and a dense, 0.78
-    from three other matmul shapes alone), so a folder full of other operators' logs must not crowd them out.
+    Other shapes of the same operator teach a model the most about a new shape (a held-out shape was ranked
+    better from other shapes of its operator alone than from other operators; see docs/experiments.md), so a
+    folder full of other operators' logs must not crowd them out.
     """
     others = [r for r in records if r.task.key != task.key]
     keep = _latest([r for r in others if r.task.op == task.op], limit)

@@ -96,7 +96,8 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
 
     def measure(inputs: list[MeasureInput], writer: LogWriter) -> list[Record]:
         results = runner.run(inputs, builder.build(inputs))
-        records = [Record(inp, res, tmpl.version, runner.threads, versions(), timing)
+        stamp = {**versions(), **runner.device(task.target_kind)}
+        records = [Record(inp, res, tmpl.version, runner.threads, stamp, timing)
                    for inp, res in zip(inputs, results)]
         for rec in records:
             writer.write(rec)

@@ -33,7 +33,7 @@ POOLED_DIM = 3 * N_STORE_FEATURES + 1
 LOOP_DIM = POOLED_DIM + LEVEL_DIM
 _FLOAT_OPS = slice(0, 7)  # float_mad .. float_other_func
 _OUTER_PROD = 161  # product of the loop extents around the store
-EXTRACT_THREADS = min(2, host_cores())  # C++ extraction threads (1.5x on 2 cores; template apply holds the GIL)
+EXTRACT_THREADS = min(2, host_cores())  # C++ extraction threads (at most 2: template apply holds the GIL)
 
 
 class FeatureCache:
@@ -66,8 +66,8 @@ def pool_store_rows(rows: np.ndarray, task_flops: float = 1.0) -> np.ndarray:
 
     Totals are per FLOP of the task (log2(1 + sum) - log2(flops)): bytes moved, cache lines touched,
     operations per useful FLOP mean the same on a large and a small workload, which is what lets a
-    model trained on other tasks rank this one (leave-one-task-out Spearman 0.43 -> 0.59 with the
-    reg objective on the search benchmark's records).
+    model trained on other tasks rank this one (it ranks held-out tasks clearly better than un-normalised totals;
+    see docs/experiments.md).
     """
     if rows.shape[0] == 0:
         return np.zeros(POOLED_DIM, dtype=np.float32)

@@ -13,13 +13,10 @@ say about the dominant block, per iteration of it (one scalar multiply-add):
 
 the slowest of these, divided by the share of the cores the parallel loops keep busy.
 
-Offline, on the search benchmark's 384 random configs per task (Zen 4; `benchmarks/RESULTS.md`, "Cold start"),
-it ranks the convolutions at Spearman 0.84-0.85 and the GEMMs at 0.34 (matmul) and 0.49 (dense); the best of
-the 8 it picks from 64 random configs (as the tuner picks them) runs at 92-97% of the best of all 384, against
-78-89% for 8 random configs. Measured in tuning runs (`ab_search_coldstart`, 8-20 seeds): conv2d 64x56x56
-reaches 90% of the best in a median of 2 trials (random search: 12); on the GEMMs the runs end lower than with a
-random first batch (matmul 1.5%, dense 7% after 64 trials), so `XGBTuner` uses it only when asked
-(`cold_start="roofline"`).
+It ranks convolution configs well and GEMM configs only roughly, and the configs it picks are faster than a
+random first batch. In tuning runs it reaches a good conv2d config in far fewer trials than random search, but
+on the GEMMs the runs end lower than with a random first batch, so `XGBTuner` uses it only when asked
+(`cold_start="roofline"`; see docs/experiments.md).
 """
 
 from __future__ import annotations

@@ -40,15 +40,11 @@ class XGBCostModel:
     objective "rank" learns the order of configs within each group (pairwise); "reg" regresses the
     relative throughput. `features` names the feature kind the rows were made with (kept with the model).
     The defaults (200 shallow trees, a small step) rank held-out tasks better than deeper, faster-learning trees
-    (leave-one-task-out Spearman 0.74 against 0.61 for 60 trees of depth 6 at eta 0.2, mean of the four
-    bench_search tasks) and the task's own configs as well, for about the same fitting time.
+    and the task's own configs as well, for about the same fitting time (docs/experiments.md).
 
     `bag` > 1 makes it a bag of boosters (seeds seed, seed + 1, ...) scoring by their mean; give each its own
-    rows and columns (`subsample`, `colsample_bytree` < 1). Offline it ranks held-out tasks better and more
-    steadily than one booster (session 16, bags of 3-8 on 80% of rows and columns: matmul 0.66-0.72 against
-    0.61-0.62, dense 0.59-0.67 against 0.47-0.63 over booster seeds, with a register-tile variant of the
-    features), but tuning with transfer did not gain from it (8 seeds: matmul level, dense 6 GFLOPS lower at 64
-    trials; `benchmarks/RESULTS.md`, ab_search_transfer_bag), so the default is one booster on all rows. Small
+    rows and columns (`subsample`, `colsample_bytree` < 1). Offline it ranks held-out tasks more steadily than one
+    booster, but tuning with transfer did not gain from it, so the default is one booster on all rows. Small
     fits train two boosters at a time.
     """
 

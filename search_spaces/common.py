@@ -17,9 +17,8 @@ MAX_PAD = 1 / 8  # the most a padded vector tile may add to its axis (as a share
 def register_budget(task: Task) -> int:
     """The most fp32 accumulators a register tile may hold on the task's target: its vector registers less
     SPARE_REGISTERS, times their lanes (AVX2: 112, AVX-512: 480). A larger tile spills accumulators to the stack on
-    every iteration: on a Zen 4 with AVX2, of 384 random configs per task (matmul 1024^3, dense 128x768->3072,
-    conv2d 64x56x56 and 256x14x14), those whose accumulators took all 16 ymm registers or more (27-50% of each
-    sample) came no closer than 69% of the task's best."""
+    every iteration: in random samples of GEMM and conv2d configs, those whose accumulators took all the vector
+    registers or more were never near the task's best."""
     lanes, registers = vector_unit(task.target)
     return (registers - SPARE_REGISTERS) * lanes
 
@@ -77,8 +76,8 @@ def vectorize_loop(sch, loop) -> None:
 
     An even extent that is not a power of two (24, 48) is split: its largest power-of-two factor
     vectorised, the rest unrolled. LLVM widens a 24- or 48-lane vector to the next power of two and
-    then loads and stores it element by element: a dense 128x768->3072 kernel with a 4x24 register
-    tile ran at 14 GFLOPS on a Zen 4 with AVX2, and at 141 split into 3 x 8 lanes.
+    then loads and stores it element by element: a 4x24 register tile on AVX2 runs about ten times
+    slower that way than split into 3 x 8 lanes.
     """
     extent = int(sch.get(loop).extent)
     width = extent & -extent  # the largest power of two dividing it

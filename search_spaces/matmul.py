@@ -4,8 +4,7 @@ Structure (SRSRS): parallel fused [batch] x i0 x j0 tiles; k0 cache blocking; mi
 (order is a knob); k1; register tile i2 x j2 with j2 vectorised (whole vectors of the target,
 8 or 16 lanes). The accumulator C_acc is written back to C per outer tile, or per register tile right
 after it is summed when the k0 loop has one iteration (then C_acc shrinks to one register tile and stays
-in L1 instead of a C-sized buffer written and read again: 3-6% faster kernels on matmul 1024^3 and dense
-128x768->3072, RESULTS.md, session 44 notes). The B operand can be
+in L1 instead of a C-sized buffer written and read again). The B operand can be
 packed into a tile-contiguous layout [.., N/j2, K, j2], all up front ("root") or one outer tile's
 panel at a time inside the parallel loop ("tile"). Dense's W [N, K] is a layer's weight: its kernel
 takes W already in that layout ("pre"), packed once at build time (`Relayout`).
@@ -16,8 +15,8 @@ C's own columns are written back. An N without a whole-vector divisor (1001 = 7 
 still gets vector tiles, and one that has some gets the others too (1024 -> 1032 with 4 x 24).
 M is padded the same way to a multiple of i2: the rows past M read A's last row (no copy of A) and
 are not written back. So M = 1024 also gets 5-, 6-, 12- and 14-row register tiles (5x64 holds 20 of
-AVX-512's 32 registers, 14x32 28; 8 rows x 2 vectors at most without it): matmul 1024^3 after 300
-trials went from 0.82x to 0.96x MKL on a 2-core Xeon (RESULTS.md, bench_search_s40_padm).
+AVX-512's 32 registers, 14x32 28; 8 rows x 2 vectors at most without it), which brought tuned matmul
+much closer to a vendor BLAS (see docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -243,7 +242,7 @@ def batch_matmul_apply(task: Task, cfg: Config):
     return apply_gemm(BATCH_MATMUL, task, cfg)
 
 
-# compatible_versions: before a register tile summed over all of K was written back right after (session 44)
+# compatible_versions: the version that wrote every register tile back per outer tile (same space, same configs)
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply,
                       compatible_versions=("687b25bbcf06",))
 MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply,

@@ -48,6 +48,9 @@ class SimulatedRunner:
                        else MeasureResult(None, ErrorKind.RUNTIME_ERROR, "simulated failure", 0.0, now()))
         return out
 
+    def device(self, target_kind: str) -> dict[str, str]:
+        return {"gpu": "simulated"} if target_kind == "cuda" else {}
+
     def close(self):
         pass
 

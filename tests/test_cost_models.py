@@ -186,7 +186,7 @@ def test_model_files_of_version_5_load_as_one_booster(tmp_path):
     model.save(tmp_path / "m.json")
     doc = json.loads((tmp_path / "m.json").read_text())
     del doc["params"]["bag"]
-    doc.update(version=5, booster=doc.pop("boosters")[0])  # the single-booster file of session 15
+    doc.update(version=5, booster=doc.pop("boosters")[0])  # a single-booster file of format version 5
     (tmp_path / "old.json").write_text(json.dumps(doc))
     old = XGBCostModel.load(tmp_path / "old.json")
     assert old.bag == 1

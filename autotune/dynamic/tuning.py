@@ -141,9 +141,10 @@ def _measure_seeds(task, donors: list[Record], n: int, log: Path, builder: Build
         return 0
     inputs = [MeasureInput(task, space.get(i), ref) for i in seeds]
     results = runner.run(inputs, builder.build(inputs))
+    stamp = {**versions(), **runner.device(task.target_kind)}
     with LogWriter(log) as writer:
         for inp, res in zip(inputs, results):
-            writer.write(Record(inp, res, tmpl.version, runner.threads, versions(), timing))
+            writer.write(Record(inp, res, tmpl.version, runner.threads, stamp, timing))
     return len(seeds)
 
 

@@ -19,10 +19,10 @@ from .compose import Planner
 from ..hardware import CpuModel, CudaModel
 from .spec import DynamicSpec
 
-CALL_OVERHEAD_S = 5e-6  # one uKernel call from Python: FFI + thread-pool launch (measured 3-8 us here)
+CALL_OVERHEAD_S = 5e-6  # one uKernel call from Python: FFI + thread-pool launch (a few microseconds)
 PAD_FIXED_S = 2e-6  # a padded piece: slicing and two small copies
 COPY_BYTES_PER_S = 10e9
-ACHIEVED = 0.4  # share of FMA peak a uKernel tuned with a few dozen trials reaches (130 of 330 GFLOPS here)
+ACHIEVED = 0.4  # share of FMA peak a uKernel tuned with a few dozen trials reaches
 BYTES_PER_CYCLE = {"l2": 32.0, "l3": 8.0}  # per core
 L2_SHARE = 0.5  # of a core's L2 the fixed operand may use (the rest: A, C, packed panels)
 DRAM_BYTES_PER_S = 8e9  # per core

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..cli_args import add_runner_arguments, add_search_arguments, runner_options, xgb_options
 from ..errors import AutotuneError
 
+TARGET_HELP = "llvm (this CPU), cuda (the local GPU's arch, else sm_90) or a JSON target dict"
 MODEL_HELP = "path/to/file.py:factory (returns (module, example_inputs)) or a saved torch.export .pt2"
 COMPILE_HELP = ("take the tasks of every graph torch.compile captures while running the example inputs "
                 "(for programs torch.export cannot capture whole; used automatically when export fails)")
@@ -18,7 +19,7 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register the model subcommands; each sets `handler` (args -> exit code)."""
     e = subparsers.add_parser("extract", help="list a model's tunable tasks with weights and FLOPs")
     e.add_argument("model", help=MODEL_HELP)
-    e.add_argument("--target", default="llvm", help="llvm (this CPU) or a JSON target dict")
+    e.add_argument("--target", default="llvm", help=TARGET_HELP)
     e.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     e.set_defaults(handler=cmd_extract)
 
@@ -26,10 +27,10 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("model", help=MODEL_HELP)
     t.add_argument("--trials", type=int, required=True, help="trials in total over all tasks (the log's count)")
     t.add_argument("--log", required=True, help="log file shared by all tasks; re-running continues it")
-    t.add_argument("--target", default="llvm")
+    t.add_argument("--target", default="llvm", help=TARGET_HELP)
     t.add_argument("--tuner", default="xgb", help="random | grid | xgb (default)")
     t.add_argument("--round-trials", type=int, default=16, help="trials per scheduling round")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="random seed of the search")
     add_runner_arguments(t)
     t.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     add_search_arguments(t, "the other logs beside --log, and the model's other tasks so far")
@@ -39,11 +40,11 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("model", help=MODEL_HELP)
     b.add_argument("--logs", nargs="*", default=[], help="tuning logs (none: default schedules only)")
     b.add_argument("-o", "--output", required=True, help="shared library to write (load with relax.VirtualMachine)")
-    b.add_argument("--target", default="llvm")
+    b.add_argument("--target", default="llvm", help=TARGET_HELP)
     b.set_defaults(handler=cmd_build)
 
     d = subparsers.add_parser("export-db", help="write the best schedules as a MetaSchedule JSONDatabase")
-    d.add_argument("logs", nargs="+")
+    d.add_argument("logs", nargs="+", help="tuning logs (JSONL)")
     d.add_argument("-o", "--output", required=True, help="database directory (work_dir of JSONDatabase)")
     d.set_defaults(handler=cmd_export_db)
 

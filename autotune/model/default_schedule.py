@@ -30,7 +30,7 @@ SPLIT_PREFS: dict[str, dict[str, tuple[int, ...]]] = {
 def _lane_prefs(lanes: int) -> dict[str, dict[str, tuple[int, ...]]]:
     """The factors that follow the vector width, for narrower vectors (AVX2's 8 lanes and 16 registers): one vector
     of output channels by 8 columns, and GEMM rows of 3 vectors (4 x 3 = 12 accumulators), as the best configs
-    found by tuning on a Zen 1 (AVX2) are; the AVX-512 factors there spill registers."""
+    found by tuning on an AVX2 CPU are; the AVX-512 factors there spill registers."""
     if lanes >= VECTOR:
         return {}
     return {"gemm": {"tile_j": (3 * lanes,)}, "conv2d": {"tile_k": (lanes, 2)},
@@ -249,9 +249,8 @@ def _rows_leave_dlight(func: Any, lanes: int) -> bool:
     """Whether the per-block schedule beats DLight's rule: the output's rows (last dimension) are longer than a
     vector but not whole vectors, which DLight vectorises under a predicate (TVM scalarises that), and no reduction
     reads a block that computes over its domain (softmax's sum of exp, which DLight computes once per row and the
-    per-block schedule, inlining it, twice). Measured (2 threads, AVX-512): group norm + GELU over 3199 columns
-    5.0 against 2.2 ms, layer norm over 769 0.37 against 0.28, layer norm + GELU 0.62 against 0.30; softmax
-    12x197x197 stays with DLight (1.19 against 1.74 ms)."""
+    per-block schedule, inlining it, twice). Norms and their activations over such rows run faster this way;
+    softmax stays with DLight, which is faster there."""
     from tvm import s_tir
     from tvm.ir.expr import TensorLoad
 

@@ -145,29 +145,27 @@ class XGBTuner:
     min_distance: knob changes between two configs of one batch.
     basin_weight: a candidate's score percentile is lowered by `basin_weight * sqrt(s)`, s the trials spent on
     its register tile since that tile's best measurement (`stale_trials`): the model cannot rank the configs
-    near the top (benchmarks/RESULTS.md), so a register tile that stopped improving gives way to untried ones
-    rather than taking a third of the trials for the rest of the run (0: off; measured, cold and with transfer,
-    on the four search tasks: 20 of 24 runs reached 95% of the best against 17 without it, `benchmarks/RESULTS.md`
-    ab_search_*_basin*_zen5).
+    near the top, so a register tile that stopped improving gives way to untried ones rather than taking a large
+    share of the trials for the rest of the run (0: off; on by default because more runs, cold and with transfer,
+    reached a good config with it in side-by-side runs; see docs/experiments.md).
     cold_start: how the first batch is picked while nothing guides the search (no model, no transfer):
     "random" (the default) or "roofline" (CPU targets, loop features): the best of COLD_POOL random configs by
-    `cost_models.prior`'s roofline estimate, with the batch's diversity rule (measured: much faster starts on
-    conv2d, slower runs on matmul and dense on Zen 4, `benchmarks/RESULTS.md` ab_search_coldstart; on Zen 5
-    faster starts on dense and matmul, matmul still ending lower, ab_search_*coldstart_zen5). cold_random:
+    `cost_models.prior`'s roofline estimate, with the batch's diversity rule (not the default: it starts faster,
+    most on convolutions, but GEMM runs can end lower; see docs/experiments.md). cold_random:
     the share of a roofline first batch drawn at random instead (a hedge where the estimate mis-ranks).
     incumbent_moves: slots of each model-guided batch for the best config measured so far with one split knob's
     innermost factor changed (`ConfigSpace.inner_moves`, the model's best-rated unmeasured ones): a register
     tile the model rates low because its few measurements had bad outer tilings is tried in the incumbent's
-    schedule (0: off; measured, cold, 4 seeds x 128 trials: matmul's final best 0.978 of the best any run found
-    against 0.952, conv2d 64x56x56 0.959 against 0.942, dense level, `benchmarks/RESULTS.md` ab_search_moves_zen5).
+    schedule (0: off; on by default because cold runs ended with faster configs on matmul and conv2d, and no
+    worse on dense, in side-by-side runs; see docs/experiments.md).
     transfer_elites: configs of the first batch taken from the transfer records by example (`elites`): the fastest
     configs of the other tasks whose template has this space's knobs, mapped onto this space (where a knob value
-    maps to several configs, the one the model rates best), before the model's picks (0: off; measured: 95% of the
-    best in 1-47 trials against cold xgb's 25-67 on the four search tasks, benchmarks/RESULTS.md bench_search_s43;
-    5 seeds, bench_search_s45: half or less of cold xgb's trials on matmul, conv2d 64x56x56 and dense).
+    maps to several configs, the one the model rates best), before the model's picks (0: off; on by default
+    because it reached a good config in far fewer trials than a cold start in side-by-side runs; see
+    docs/experiments.md).
     sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute).
     feature_workers: processes computing loop features, shared by all tuners of this process (0: in process;
-    about 1.5x faster on 2 idle cores; worth more on many cores).
+    workers help a little on two idle cores and more on many cores).
     """
 
     def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0, features: str = "loop",
