@@ -7,7 +7,8 @@
 `build` captures a model of benchmarks/models.py and builds it with `--logs` (none: every task on its default,
 heuristic schedule), then exports the compiled model. `time` loads the exported builds in one process, checks
 that they compute the same outputs (and against PyTorch), and times them in rounds, one after the other (least
-median ms per build); it writes its table to the RESULTS.md section `--section` names.
+median ms per build); it stores its table as the result `--section` names (what the A/B decided goes to
+docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def main() -> None:
     ap.add_argument("paths", nargs="+", help="build: the .so to write; time: the .so files to compare")
     ap.add_argument("--logs", nargs="*", default=[], help="build: tuning logs (none: default schedules)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--section", default="ab_build")
+    ap.add_argument("--section", default="ab_build", help="result name (benchmarks/results/NAME/)")
     args = ap.parse_args()
     build(args) if args.action == "build" else time_builds(args)
 

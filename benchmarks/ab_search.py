@@ -10,14 +10,14 @@ their own, and `--report --work DIR_A DIR_B` compares them, each scored by its o
 Each arm runs cold xgb (loop features; `--tuner random`: random search, a baseline arm; `--cold-start roofline`: xgb
 whose first batch the roofline prior picks; `--features knob`: xgb on the knob values) for --trials per seed into
 `<work>/<task>/<arm>-s<seed>.jsonl` (with --transfer-from, xgb pre-trained as bench_search.py's xgb-transfer: on the
-other tasks' xgb-loop logs in that work folder and on --model-logs; its report goes to the `ab_search_transfer`
-section). A config one arm measured is replayed for the other (its first measurement), so the arms differ only in
+other tasks' xgb-loop logs in that work folder and on --model-logs; its report is the result `ab_search_transfer`). A config one arm measured is replayed for the other (its first measurement), so the arms differ only in
 what they pick, not in timing noise. The report scores each config by that first measurement (no re-timing: on a
 machine where hundreds of configs come within 10% of the best, bench_search.py's re-timing of contenders would take
 longer than the runs), and gives per arm the seeds that reach 95% (`--target`) of the best any arm found, their
 median trials, the mean final best, and how many distinct register tiles (innermost factors of the split knobs) each
 run measured; and, per task, the share of all measured configs that reach the target (how hard it is to reach at
-all). Writes the `ab_search` section of benchmarks/RESULTS.md (or the one `--section` names).
+all). Stores the report as the result `ab_search` (or the one `--section` names); what an A/B decided goes to
+docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def run_arm(args, work: Path) -> None:
 
 def register_tiles(records, space) -> int:
     """Distinct register tiles among a run's configs: the innermost factors of the template's `register` split knobs
-    (before session 25, of every split knob), read from the recorded knob values (an arm of another template version
+    (before 2026-12-03, of every split knob), read from the recorded knob values (an arm of another template version
     may number its configs otherwise)."""
     return len({tuple(r.input.config.knobs[n][-1] for n in space.register_knobs) for r in records})
 
@@ -217,8 +217,8 @@ def main() -> None:
     ap.add_argument("--model-logs", default=os.path.join(ROOT, "benchmarks", "work", "models"))
     ap.add_argument("--target", type=float, default=0.95, help="report: share of the best any arm found to reach")
     ap.add_argument("--arms", nargs="+", help="arms the report compares (default: every arm run in --work)")
-    ap.add_argument("--section", help="RESULTS.md section of the report (default: ab_search, or ab_search_transfer "
-                    "with --transfer-from), to keep an earlier A/B's section")
+    ap.add_argument("--section", help="result name of the report (default: ab_search, or ab_search_transfer "
+                    "with --transfer-from), to keep an earlier A/B's result beside it")
     args = ap.parse_args()
     if bool(args.arm) == args.report:
         ap.error("give either --arm NAME or --report")

@@ -15,7 +15,7 @@ picks feature sets. For each feature set and task:
 - with `--extra-logs`, leave-one-task-out again with those logs' tasks added to the training set (never a
   record of the held-out task): how much a few more tasks, e.g. another shape of the same operator, help.
 
-The default rank objective throughout. Writes the `ablate_features` section of benchmarks/RESULTS.md.
+The default rank objective throughout. Stores the table as the result `feature_ablation`.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main() -> None:
     options = "".join([f" --sets {sets}" * (args.sets != list(FEATURE_SETS)),
                        f" --model-seeds {args.model_seeds}" * (args.model_seeds != MODEL_SEEDS),
                        f" --extra-logs {' '.join(args.extra_logs)}" * bool(args.extra_logs)])
-    report("ablate_features", "\n".join([
+    report("feature_ablation", "\n".join([
         "## Feature ablation (`benchmarks/ablate_features.py`)", "",
         f"Command: `python benchmarks/ablate_features.py --work {args.work}{options}`; {time.time() - t0:.0f} s. "
         f"Logs of `bench_search.py` ({sizes}). Spearman rank correlation of the rank-objective model's scores "

@@ -5,8 +5,8 @@
 In a model, a kernel finds its weights out of cache (other layers ran since its last call), while tuning times it
 back to back on the same, cached, operands. For each seed, tunes the model twice (xgb, same budget): with the
 default warm timing and with `RunnerOptions(cache_flush=True)` (`--cache-flush`); logs under --work (resumable).
-Then builds every log and times all builds in rounds, one after the other, least median per build. Writes one
-section per model, `bench_cold_tuning MODEL`, of benchmarks/RESULTS.md.
+Then builds every log and times all builds in rounds, one after the other, least median per build. Stores one
+result per model, `cold_tuning_MODEL`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--work", default=os.path.join(ROOT, "benchmarks", "work", "cold_tuning"))
-    ap.add_argument("--tag", default="", help="appended to each RESULTS.md section's name (keeps earlier machines')")
+    ap.add_argument("--tag", default="", help="appended to each result's name (cold_tuning_MODEL, e.g. to keep another machine's beside it)")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
@@ -99,7 +99,7 @@ def main() -> None:
             "| model | seed | warm-tuned build ms | flush-tuned build ms | speed-up of flush-tuned | PyTorch eager ms "
             "(same rounds) | speed-up vs PyTorch, warm / flushed | tuning min warm / flushed |",
             "|---|---|---|---|---|---|---|---|", *rows])
-        report(f"bench_cold_tuning {name}{args.tag}", body)
+        report(f"cold_tuning_{name}{args.tag}", body)
 
 
 if __name__ == "__main__":

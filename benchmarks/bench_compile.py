@@ -6,7 +6,7 @@
    outputs that match eager (two calls each), and how many of autotune's graphs ran on TVM.
 2. Speed: the three models of benchmarks/models.py, compiled with the tuned logs of
    bench_model.py, against Inductor and eager, median times in one process.
-Writes the section bench_compile of benchmarks/RESULTS.md.
+Stores the tables as the result `torch_compile`.
 
     python benchmarks/bench_compile.py                                        # everything
     python benchmarks/bench_compile.py --limit 6 --speed-models resnet18 --no-write   # a quick check
@@ -270,7 +270,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1,
                     help="modules checked at once (coverage checks outputs, not speed; its compile seconds grow)")
     ap.add_argument("--work", default="benchmarks/work/compile", help="coverage.jsonl: results kept per module")
-    ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="print the tables; store no result")
     args = ap.parse_args()
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # cold compiles for Inductor too (autotune keeps none)
     reexec_clean(args.threads)
@@ -323,7 +323,7 @@ def main() -> None:
                   "| max abs err (autotune / inductor) |"),
                  "|---|---|---|---|---|---|---|---|---|---|", *speed, ""]
     text = "\n".join(body)
-    report("bench_compile", text, write=not args.no_write)
+    report("torch_compile", text, write=not args.no_write)
 
 
 if __name__ == "__main__":

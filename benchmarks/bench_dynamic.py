@@ -4,7 +4,7 @@ For N=K=768 and N=3072,K=768, over 24 values of M in 1..2048: tune each static s
 --static-trials (xgb, no transfer, each shape on its own), tune the dynamic kernel's uKernels
 (autotune.dynamic.tune_dynamic), then time static, dynamic and torch side by side in this process
 and check every output against numpy. Logs and tuning wall times live under --work (re-running
-resumes; times of earlier runs are kept). Writes the `bench_dynamic` section of RESULTS.md.
+resumes; times of earlier runs are kept). Stores the tables as the result `dynamic_shapes`.
 
     python benchmarks/bench_dynamic.py                 # full run (see --help for the budget)
     python benchmarks/bench_dynamic.py --quick         # 4 values of M, 4 trials: a smoke test
@@ -238,7 +238,7 @@ def main() -> None:
          f"least of 3 interleaved medians of 5 samples, same process. Tuning times are wall seconds "
          f"of the tuning calls (builds + measurements + search)."),
         "", body])
-    report("bench_dynamic", text, write=not partial)
+    report("dynamic_shapes", text, write=not partial)
 
 
 if __name__ == "__main__":

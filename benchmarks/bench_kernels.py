@@ -1,9 +1,9 @@
 """Tune matmul 1024^3 and a ResNet-18 3x3 conv2d, then time the best kernels next to torch (oneDNN/MKL)
-and numpy in the same process. Writes the table into benchmarks/RESULTS.md (section bench_kernels).
+and numpy in the same process. Stores the table as the result `kernels` (or the one `--section` names).
 
     python benchmarks/bench_kernels.py --trials 200            # tune (resumes logs) + compare
     python benchmarks/bench_kernels.py --trials 200 --no-tune  # compare only, from existing logs
-    python benchmarks/bench_kernels.py --tasks "dense 128x768->1001" --section bench_kernels_odd  # other shapes
+    python benchmarks/bench_kernels.py --tasks "dense 128x768->1001" --section kernels_dense_odd_n  # other shapes
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--logs", default="benchmarks/work/kernels")
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(ALL_TASKS))
-    ap.add_argument("--section", default="bench_kernels")
+    ap.add_argument("--section", default="kernels", help="result name (benchmarks/results/NAME/)")
     args = ap.parse_args()
     reexec_clean(args.threads)
 
@@ -95,7 +95,7 @@ def main() -> None:
         "",
         f"Command: `python benchmarks/bench_kernels.py --trials {args.trials} --tuner {args.tuner}"
         + (" --tasks " + " ".join(f'"{t}"' for t in args.tasks) if args.tasks != list(TASKS) else "")
-        + (f" --section {args.section}" if args.section != "bench_kernels" else "") + "`; "
+        + (f" --section {args.section}" if args.section != "kernels" else "") + "`; "
         f"{args.threads} threads everywhere (TVM_NUM_THREADS, torch.set_num_threads, OpenBLAS); "
         f"OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset in this process. numpy BLAS: {blas_info()}; "
         f"torch {torch.__version__} (matmul: MKL, convolutions: oneDNN; dense and conv2d: the faster of the weight "

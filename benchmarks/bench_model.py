@@ -2,8 +2,8 @@
 
 For ResNet-18, a TransformerEncoderLayer (d_model 768, seq 128) and a MobileNetV2-style stack:
 extract the tasks, tune them in one budget per model (resumes the logs), build twice, check
-both builds against PyTorch and time all three in one process. Writes the section
-bench_model of benchmarks/RESULTS.md.
+both builds against PyTorch and time all three in one process. Stores the table as the result
+`models` (or the one `--section` names).
 
     python benchmarks/bench_model.py --trials 400              # tune (resumable) + compare
     python benchmarks/bench_model.py --trials 400 --no-tune    # compare only, from existing logs
@@ -87,8 +87,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=["resnet18", "transformer_layer", "mobilenet_blocks"])
     ap.add_argument("--logs", default="benchmarks/work/models")
     ap.add_argument("--no-tune", action="store_true")
-    ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
-    ap.add_argument("--section", default="bench_model", help="the RESULTS.md section to write")
+    ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
+    ap.add_argument("--section", default="models", help="result name (benchmarks/results/NAME/)")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")

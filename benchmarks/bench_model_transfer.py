@@ -5,7 +5,7 @@ own, so no other log transfers: "cold" turns transfer off (every task's model le
 only), "transfer" pre-trains each round's model on the records of the model's other tasks so far (the default).
 Scored by the tuned-kernel time of one inference (sum over tasks of calls x best time) after each share of the
 budget, from the logs (first measurements), and by the end-to-end time of the two builds of each seed, timed
-one after the other in rounds in this process. Writes the section bench_model_transfer of benchmarks/RESULTS.md.
+one after the other in rounds in this process. Stores the table as the result `model_transfer`.
 
     python benchmarks/bench_model_transfer.py --model resnet18 --trials 288 --seeds 0 1
 """
@@ -49,8 +49,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds of the builds")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--work", default=WORK)
-    ap.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
-    ap.add_argument("--section", default="bench_model_transfer", help="the RESULTS.md section to write")
+    ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
+    ap.add_argument("--section", default="model_transfer", help="result name (benchmarks/results/NAME/)")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
@@ -104,7 +104,7 @@ def main() -> None:
         (f"Command: `python benchmarks/bench_model_transfer.py --model {args.model} --trials {args.trials} --seeds "
          f"{' '.join(map(str, args.seeds))}"
          + (f" --work {args.work}" if args.work != WORK else "")
-         + (f" --section {args.section}" if args.section != "bench_model_transfer" else "")
+         + (f" --section {args.section}" if args.section != "model_transfer" else "")
          + f"`; {args.threads} threads; {len(weights)} tasks. Each run tunes all tasks "
          "in one log in a folder of its own (xgb, loop features, 16 trials a round): \"cold\" without transfer, "
          "\"transfer\" with each round's model pre-trained on the records of the model's other tasks so far. "

@@ -7,9 +7,9 @@ on 2 threads at once:
 - a chain of dependent register-to-register integer adds (one cycle each): the core clock under load;
 - 12 independent chains of fused multiply-adds on AVX-512 and on AVX2 registers (enough in flight to hide
   the FMA latency on every x86 core we know): the FP32 FLOPs the cores can retire.
-Writes the `bench_peak` section of benchmarks/RESULTS.md (or the one `--section` names): those rates, FLOPs per
-cycle per thread, and, from the timings `bench_search.py --quality-trials N` saved in `--work`, every kernel of
-that comparison as a share of the peak.
+Stores as the result `fp32_peak` (or the one `--section` names): those rates, FLOPs per cycle per thread,
+and, from the timings `bench_search.py --quality-trials N` saved in `--work`, every kernel of that comparison
+as a share of the peak.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def kernel_shares(work: Path, peak: float) -> list[str]:
 def command_line(args) -> str:
     """The command that made a section: the script and the options given other than their defaults."""
     options = [f"--work {args.work}" if args.work != "benchmarks/work/search" else "",
-               f"--section {args.section}" if args.section != "bench_peak" else ""]
+               f"--section {args.section}" if args.section != "fp32_peak" else ""]
     return " ".join(["python benchmarks/bench_peak.py", *filter(None, options)])
 
 
@@ -148,7 +148,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--work", default="benchmarks/work/search", help="bench_search.py's work folder")
-    ap.add_argument("--section", default="bench_peak", help="RESULTS.md section (another machine: another name)")
+    ap.add_argument("--section", default="fp32_peak", help="result name (benchmarks/results/NAME/)")
     args = ap.parse_args()
     results = measure(args.threads)
     rows = ["| threads | clock under load (GHz) | AVX-512 FMA (GFLOPS) | AVX2 FMA (GFLOPS) | FLOPs/cycle/thread |",

@@ -13,9 +13,9 @@ task is not measured again by another method or seed: its recorded result is rep
 compiled kernel would be timed again), which keeps the benchmark affordable on 2 cores. The configs
 whose first measurement comes near the best are timed again after the runs and scored by the median of
 those timings (`retime_contenders`), so that a lucky timing does not set or meet the 95% target.
-Writes the `bench_search` (and `bench_search_quality`) sections of benchmarks/RESULTS.md and
-benchmarks/search_curves.png; with `--section NAME`, the sections NAME (and NAME_quality) and
-benchmarks/search_curves_NAME.png.
+Stores its results (`_common.write_section`: benchmarks/results/NAME/<time>.json, then RESULTS.md regenerated) as
+`search` (the search tables, curves in benchmarks/search_curves.png) and `kernel_quality` (the kernel comparison);
+with `--section search_WHAT`, as `search_WHAT` (benchmarks/search_curves_WHAT.png) and `kernel_quality_WHAT`.
 """
 
 from __future__ import annotations
@@ -716,9 +716,9 @@ def main() -> None:
     ap.add_argument("--work", default=DEFAULT_WORK)
     ap.add_argument("--model-logs", default=MODEL_LOGS,
                     help="logs of other tasks (bench_model.py's) also used to train the leave-one-task-out model")
-    ap.add_argument("--section", default="bench_search",
-                    help="RESULTS.md section of the search tables (another name: its own section and its own PNG, "
-                         "e.g. a longer run of some tasks beside the main tables)")
+    ap.add_argument("--section", default="search",
+                    help="result name of the search tables, e.g. search_transfer_vs_cold (another name: a result and "
+                         "a PNG of its own beside the main tables; the kernel comparison's is kernel_quality_WHAT)")
     ap.add_argument("--extra-logs", type=Path, nargs="*", default=[],
                     help="more logs of other tasks for the leave-one-task-out model only (e.g. other shapes)")
     ap.add_argument("--interleave", action="store_true",
@@ -745,16 +745,22 @@ def main() -> None:
         print(body, flush=True)
     if args.quality_trials:
         body = quality_section(args, work)
-        suffix = "" if args.quality_trials == 300 else f"_{args.quality_trials}"  # another budget: its own section
-        write_section(f"{args.section}_quality{suffix}", body)
+        budget_tag = "" if args.quality_trials == 300 else f"_{args.quality_trials}"  # another budget: its own result
+        write_section(f"kernel_quality{_what(args.section)}{budget_tag}", body)
         print(body, flush=True)
+
+
+def _what(section: str) -> str:
+    """What a --section name adds to the default names: "" for search, "_gemm" for search_gemm or gemm."""
+    what = section.removeprefix("search").lstrip("_")
+    return f"_{what}" if what else ""
 
 
 def _shared_options(args) -> str:
     """The command-line options both sections' commands repeat when not their defaults: tasks, work, section."""
     return ((f" --tasks {' '.join(repr(t) for t in args.tasks)}" if args.tasks != list(TASKS) else "")
             + (f" --work {args.work}" if args.work != DEFAULT_WORK else "")
-            + (f" --section {args.section}" if args.section != "bench_search" else ""))
+            + (f" --section {args.section}" if args.section != "search" else ""))
 
 
 def search_section(args, work: Path) -> str:
@@ -765,8 +771,8 @@ def search_section(args, work: Path) -> str:
     curves, samples, drift = run_curves(args, work)
     method_trials = (f"--method-trials {' '.join(f'{m}={n}' for m, n in args.method_trials)} "
                      if args.method_trials else "")
-    own_section = args.section != "bench_search"  # a section beside the main tables: named, with its own PNG
-    png = f"search_curves_{args.section}.png" if own_section else "search_curves.png"
+    own_section = args.section != "search"  # a result beside the main tables: named, with its own PNG
+    png = f"search_curves{_what(args.section)}.png"
     plot(curves, Path(__file__).with_name(png))
     return "\n".join([
         "## Search: tuners, cost model, transfer (`benchmarks/bench_search.py`"

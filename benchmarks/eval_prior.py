@@ -8,7 +8,7 @@ first batch replayed --draws times: from 64 of those configs (`COLD_POOL`), the 
 picks by the prior (`pick_batch`, as `XGBTuner` does), against 8 of them at random (the `--cold-start random`
 rule); the best of each batch relative to the best of all the random configs, mean and 10th percentile over the
 draws. No timing: this machine's CPU model (`autotune/hardware.py`) only sets the prior's lanes, registers,
-cores and cache sizes. Writes the `eval_prior` section of benchmarks/RESULTS.md.
+cores and cache sizes. Stores the table as the result `roofline_prior`.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> None:
                     f"{prior.mean():.0%} / {np.percentile(prior, 10):.0%} | "
                     f"{blind.mean():.0%} / {np.percentile(blind, 10):.0%} |")
         print(rows[-1], flush=True)
-    report("eval_prior", "\n".join([
+    report("roofline_prior", "\n".join([
         "## Cold start: the roofline prior, offline (`benchmarks/eval_prior.py`)", "",
         f"Command: `python benchmarks/eval_prior.py --work {args.work}`; {time.time() - t0:.0f} s. CPU model: "
         f"{cpu.name}, {cpu.lanes} fp32 lanes, {cpu.vector_registers} vector registers, {cpu.cores} cores, "

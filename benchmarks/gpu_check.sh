@@ -16,12 +16,13 @@
 # cuda-bindings (NVRTC, which TVM uses to compile CUDA source when the kernel library loads).
 # The TVM wheel (~100 MB) is over what travels (64 MiB), so prepare repacks it with xz.
 #
-# Lease plan (15 device minutes; session 35 ran it: start ~1 min, unpack 5 s, run 369 s with DEADLINE_S=400,
+# Lease plan (15 device minutes; the H200 run of 2026-12-04: start ~1 min, unpack 5 s, run 369 s with DEADLINE_S=400,
 # which left no time for MetaSchedule on conv2d: each task's tuning ~100 s, MetaSchedule 64 trials 140-160 s).
 # `run` at once after `unpack` (a machine stays warm only 30 s idle), device timeout 580; DEADLINE_S=520
 # fitted both tasks and both MetaSchedule runs (about 530 s). `run` now first runs the GPU numeric tests
 # (at most 60 s) and the whole-model comparison (`gpu_model.py`, at most 120 s), so the default DEADLINE_S is
-# 380: MetaSchedule may not fit (its 64-trial figures are in RESULTS.md gpu_h200). Give the machine back after.
+# 380: MetaSchedule may not fit (its 64-trial figures are in the result gpu_h200,
+# benchmarks/results/gpu_h200/). Give the machine back after.
 # Rehearse here first: `GPU_SITE=.gpu/site bash benchmarks/gpu_check.sh unpack`, then PYTHONPATH=.gpu/site
 # with a Python 3.12 venv holding numpy, scipy, ml_dtypes,
 # typing_extensions, cloudpickle, psutil and tqdm (as the GPU image has) runs everything up to the first

@@ -6,8 +6,8 @@ Each simulated run starts from 8 of the task's random-search configs, then, 7 ti
 what it has "measured", scores every other logged config of the task, and picks 8 by a rule (the pick is
 "measured" by looking its logged result up). Reported: runs that reach 95% of the best logged config within
 64 trials, and the mean best reached. Only logged configs can be picked, a pool far denser in good configs
-than the whole space, so this compares rules; it does not predict real search figures. Writes the
-`replay_selection` section of benchmarks/RESULTS.md.
+than the whole space, so this compares rules; it does not predict real search figures. Stores the table as
+the result `batch_selection_replay`.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def main() -> None:
              "per rule and task over the configs bench_search.py logged (picks limited to them, so the figures "
              "compare rules, not real searches); 95% of the best logged config; mean best as a share of it."), "",
             *rows]
-    write_section("replay_selection", "\n".join(body))
+    write_section("batch_selection_replay", "\n".join(body))
     print("\n".join(body))
 
 
