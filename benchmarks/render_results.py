@@ -69,6 +69,27 @@ def title_and_body(result: dict) -> tuple[str, str]:
     return title, body
 
 
+MAX_TABLE_ROWS = 12  # a longer table shows its first rows; the JSON holds them all
+
+
+def shorten_tables(body: str, data: str) -> str:
+    """The body with each markdown table cut to MAX_TABLE_ROWS rows, saying how many more the JSON holds."""
+    out: list[str] = []
+    table: list[str] = []
+    for line in [*body.splitlines(), ""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            rows = len(table) - 2  # header and separator
+            out += table[:2 + MAX_TABLE_ROWS]
+            if rows > MAX_TABLE_ROWS:
+                out.append(f"\n({rows - MAX_TABLE_ROWS} more rows in [`{data}`]({data}))")
+            table = []
+        out.append(line)
+    return "\n".join(out[:-1])
+
+
 def section(result: dict, base: Path, title: str) -> str:
     """A result's section of RESULTS.md: title, date, machine, command (unless the body gives it), the body."""
     body = title_and_body(result)[1]
@@ -79,7 +100,7 @@ def section(result: dict, base: Path, title: str) -> str:
             + ("" if result["command"] in body else f"Command: `{result['command']}`. ")
             + f"Data: [`{data}`]({data})"
             + (f" (migrated from the RESULTS.md of commit {origin.group(1)})" if origin else "") + ".")
-    return f"## {title}\n\n{meta}\n\n{body}\n"
+    return f"## {title}\n\n{meta}\n\n{shorten_tables(body, data)}\n"
 
 
 def render_text(results: Path = RESULTS_DIR, base: Path = RESULTS_MD.parent) -> str:
