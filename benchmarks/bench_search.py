@@ -70,6 +70,9 @@ class ReplayingRunner:
             self.known[inputs[k].config.index] = res
         return [self.known[inp.config.index] for inp in inputs]
 
+    def device(self, target_kind):
+        return self.runner.device(target_kind)
+
     def close(self):
         pass
 
@@ -238,6 +241,9 @@ class TurnTakingRunner:
         self.turns.hand_on(self.who)
         self.turns.wait(self.who)
         return results
+
+    def device(self, target_kind):
+        return self.runner.device(target_kind)
 
     def close(self):
         pass
