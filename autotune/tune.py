@@ -136,7 +136,7 @@ def ensure_measurable(task: Task) -> None:
     """Raise, with what to do instead, when this machine cannot measure the task's target."""
     if task.target_kind == "cuda" and not cuda_device_present():
         raise AutotuneError("no CUDA device is available on this machine for measurement: run on a machine with a "
-                            "GPU, measure through an RPC server of a GPU machine (--rpc-key/--tracker), or pass "
+                            "GPU, measure through an RPC server of a GPU machine (--rpc-key/--rpc-tracker), or pass "
                             "--build-only to build and validate candidates without measuring")
 
 
