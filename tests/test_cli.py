@@ -6,7 +6,7 @@ import pytest
 
 from autotune.cli import main
 
-from conftest import TINY
+from conftest import TINY, UNHURRIED_CLI
 
 
 def _run(*args):
@@ -19,7 +19,8 @@ def _run(*args):
     (["tune", "matmul", "--shape", "M=4,N=4,K=4,Z=1"], "unknown parameter(s) Z"),
     (["tune", "matmul", "--shape", "M=-4,N=4,K=4"], "impossible shape"),
     (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--target", "opencl"], "unknown target 'opencl'"),
-    (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--tuner", "genetic"], "unknown tuner 'genetic'"),
+    pytest.param(["tune", "matmul", "--shape", "M=4,N=4,K=4", "--tuner", "genetic"], "unknown tuner 'genetic'",
+                 marks=pytest.mark.slow),  # found after TVM is imported: seconds
     (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--cold-start", "analytic"], "invalid choice: 'analytic'"),
     (["show", "/nonexistent/log.jsonl"], "does not exist"),
     (["best", "/"], "not a file"),
@@ -31,10 +32,11 @@ def test_bad_input_exits_with_one_line(args, needle):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a real tuning run (the default tier's: test_tune, and test_dynamic's through the CLI)
 def test_tune_show_best(tmp_path, capsys, worker_env):
     log = tmp_path / "l.jsonl"
     code = main(["tune", "matmul", "--shape", "M=32,N=32,K=32", "--trials", "4", "--tuner", "random",
-                 "--template", TINY, "--log", str(log), "--quiet", "--min-repeat-ms", "5"])
+                 "--template", TINY, "--log", str(log), "--quiet", *UNHURRIED_CLI])
     out = capsys.readouterr().out
     lines = len(log.read_text().splitlines())  # 4 trials, then the best configs timed twice more (--retime 2)
     assert code == 0 and "GFLOPS" in out and "4 trials" in out and 4 + 2 <= lines <= 4 + 2 * 8
@@ -60,6 +62,7 @@ def test_tune_show_best(tmp_path, capsys, worker_env):
     assert r.returncode == 2 and "one of the logs read" in r.stderr and len(log.read_text().splitlines()) == lines + 1
 
 
+@pytest.mark.slow  # builds 12 CUDA kernels
 def test_cuda_without_gpu_says_so_and_build_only_counts(tmp_path):
     import tvm
 

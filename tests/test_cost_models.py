@@ -254,6 +254,7 @@ def test_records_of_another_template_version_are_skipped():
     assert len(data) == 0
 
 
+@pytest.mark.slow  # two worker processes importing TVM
 def test_worker_processes_compute_the_same_features():
     from cost_models.feature_pool import FeaturePool
 

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from autotune.build_check import build_only
 from autotune.gpu import parse_gpu
 from autotune.measure_types import ErrorKind, MeasureResult, error_summary, failure_reason
@@ -58,6 +60,7 @@ def test_failure_reasons_name_the_error_line_and_count_equal_causes_together():
                                       "format", "1 x run_timeout: timed out after N s"]
 
 
+@pytest.mark.slow  # a builder worker importing TVM; failure reasons: test_failure_reasons_name_the_error_line_...
 def test_build_only_for_a_target_this_host_cannot_link_says_why():
     import search_spaces
 

@@ -10,7 +10,7 @@ from autotune.measure_types import ErrorKind
 from autotune.schemas import record_schema
 from autotune.task import make_task
 from autotune.tune import tune
-from conftest import FakeBuilder, SimulatedRunner
+from conftest import UNHURRIED, FakeBuilder, SimulatedRunner
 
 jsonschema = pytest.importorskip("jsonschema")
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,8 @@ def _validator():
 
 def test_records_a_real_tuning_run_writes_match_the_schema(tmp_path):
     log = tmp_path / "mm.jsonl"
-    res = tune(make_task("matmul", {"M": 32, "N": 32, "K": 32}), trials=3, tuner="random", log=log, retime=1)
+    res = tune(make_task("matmul", {"M": 32, "N": 32, "K": 32}), trials=3, tuner="random", log=log, retime=1,
+               runner_options=UNHURRIED)
     assert res.best is not None
     lines = log.read_text().splitlines()
     assert len(lines) >= 3

@@ -8,21 +8,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import UNHURRIED_CLI
 
 from autotune.cli import main
 from autotune.dynamic import cpu_model, cuda_model, load, parse_dynamic, rank_ukernels
 from autotune.dynamic.compose import Planner
 from autotune.dynamic.dispatch import ALIGN, aligned_empty
-from autotune.hardware import parse_size
 from autotune.dynamic.tuning import mapped_configs
 from autotune.dynamic.ukernels import chosen_heights
 from autotune.errors import AutotuneError
+from autotune.hardware import parse_size
 from autotune.measure_types import MeasureInput, MeasureResult
 from autotune.records import Record, load_records
 
 SHAPE = "M=1..300,N=64,K=64"
 CLI_ARGS = ["tune", "matmul", "--shape", SHAPE, "--dynamic", "--trials", "4", "--tuner", "random",
-            "--min-repeat-ms", "5", "--quiet", "--max-ukernels", "3"]
+            *UNHURRIED_CLI, "--quiet", "--max-ukernels", "3"]
 SIZES = [1, 2, 3, 5, 7, 13, 16, 23, 31, 47, 48, 64, 97, 127, 255, 300, 301, 997]
 
 
@@ -108,7 +109,8 @@ def test_bad_dynamic_shapes(text, needle):
 @pytest.mark.parametrize("args,needle", [
     (["--shape", "M=1..x,N=4,K=4", "--dynamic"], "bad range 'M=1..x'"),
     (["--shape", "M=1..64,N=4,K=4"], "needs --dynamic"),
-    (["--shape", "M=1..64,N=4,K=4", "--dynamic", "--trials", "0"], "must be >= 1")])
+    pytest.param(["--shape", "M=1..64,N=4,K=4", "--dynamic", "--trials", "0"], "must be >= 1",
+                 marks=pytest.mark.slow)])  # found after TVM is imported: seconds
 def test_cli_bad_range_is_one_line(args, needle):
     r = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", "matmul", *args], capture_output=True,
                        text=True, timeout=120, check=False)

@@ -7,10 +7,13 @@ import subprocess
 import sys
 import time
 
-from conftest import TINY
+import pytest
+from conftest import TINY, UNHURRIED_CLI
+
+pytestmark = pytest.mark.slow  # real tuning runs of 40 trials, killed and resumed
 
 CMD = [sys.executable, "-m", "autotune.cli", "tune", "matmul", "--shape", "M=64,N=64,K=64", "--tuner", "random",
-       "--template", TINY, "--batch-size", "4", "--quiet", "--min-repeat-ms", "5", "--timeout", "20"]
+       "--template", TINY, "--batch-size", "4", "--quiet", *UNHURRIED_CLI]
 
 
 def _lines(log):
@@ -24,7 +27,7 @@ def _start(log, trials):
                             stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
 
 
-def _wait_for_lines(proc, log, n, limit=120):
+def _wait_for_lines(proc, log, n, limit=300):
     t0 = time.time()
     while len(_lines(log)) < n:
         assert proc.poll() is None, proc.communicate()
@@ -53,7 +56,7 @@ def test_ctrl_c_keeps_the_log_and_says_how_to_resume(tmp_path, worker_env):
     proc = _start(log, 40)
     _wait_for_lines(proc, log, 4)
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "re-run the same command to resume" in err and "Traceback" not in err
     assert not list(tmp_path.glob("autotune-build-*"))  # the builder's folder went with the run
     records = [json.loads(line) for line in _lines(log)]

@@ -15,7 +15,7 @@ from autotune.model import build_model, capture, extract_tasks, tune_model
 from autotune.model.cli import add_model_commands
 from autotune.model.scheduler import TaskState, gradient, pick_task
 from autotune.task import make_task
-from tests.conftest import FakeBuilder, SimulatedRunner
+from tests.conftest import UNHURRIED, FakeBuilder, SimulatedRunner
 from tests.models import conv1d_block, convnet, grouped_block, tiny_attention, upsample_block, video_block
 
 CONVNET = "tests/models.py:convnet"
@@ -304,13 +304,14 @@ def test_guard_rejects_other_shapes(conv_captured):
         built(np.zeros((1, 3, 16, 16), "float64"))
 
 
+@pytest.mark.slow  # a real tuning run (the build from a log: test_packed_conv_kernel_gets_its_weight_packed)
 def test_build_with_tuned_log(conv_captured, tmp_path, worker_env):
     from autotune.tune import tune
 
     model, inputs, cap = conv_captured
     task = next(t for t, w in extract_tasks(cap) if t.op == "conv2d" and w == 2)
     log = tmp_path / "model.jsonl"
-    result = tune(task, trials=2, tuner="random", log=log, batch_size=2)
+    result = tune(task, trials=2, tuner="random", log=log, batch_size=2, runner_options=UNHURRIED)
     assert result.best is not None, [r.result.message for r in result.records]
     built = build_model(cap, logs=[log])
     tuned = [k for k in built.report.kernels if k.tuned]
@@ -426,6 +427,7 @@ def _call_tir_module(func, in_shapes, out_shape):
     return bb.get()
 
 
+@pytest.mark.slow  # a real tuning run, then a MetaSchedule compile
 def test_export_db_round_trip_and_legalized_mismatch(conv_captured, tmp_path, worker_env):
     import tvm
     from tvm import relax, tirx
@@ -438,7 +440,7 @@ def test_export_db_round_trip_and_legalized_mismatch(conv_captured, tmp_path, wo
 
     task = make_task("conv2d", {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "R": 3, "S": 3, "stride": 1, "padding": 1})
     log = tmp_path / "conv.jsonl"
-    best = tune(task, trials=2, tuner="random", log=log, batch_size=2).best
+    best = tune(task, trials=2, tuner="random", log=log, batch_size=2, runner_options=UNHURRIED).best
     assert best is not None
     [written] = export_database([log], tmp_path / "db")
     assert written.config_index == best.input.config.index

@@ -128,6 +128,7 @@ def test_cuda_build_applies_the_logged_config(net, tmp_path):
     assert "__global__" in _cuda_source(built)
 
 
+@pytest.mark.slow  # 32 xgb trials on loop features of CUDA schedules, then a CUDA build
 def test_tune_model_on_cuda_then_build(net, tmp_path):
     """tune_model's whole loop on CUDA tasks (the xgb tuner on loop features of CUDA schedules; the GPU simulated),
     then a build from its log: every task on its logged best config."""

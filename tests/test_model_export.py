@@ -110,6 +110,7 @@ def _on_tvm(model, x, path: str) -> list:
     return got
 
 
+@pytest.mark.slow  # a model build each way (export, compile)
 @pytest.mark.parametrize("path", ["export", "compile"])
 def test_fft_parts_are_real_matmuls(path):
     from autotune.model import capture, extract_tasks
@@ -122,6 +123,7 @@ def test_fft_parts_are_real_matmuls(path):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.slow  # a model build each way (export, compile)
 @pytest.mark.parametrize("path", ["export", "compile"])
 def test_importer_mismatches_are_mended(path):
     model = _Masks().eval()

@@ -63,6 +63,7 @@ def test_model_curve_sums_calls_times_best_once_every_task_has_one(two_task_log)
     assert partial.ms == () and partial.missing == (other.key,)
 
 
+@pytest.mark.slow  # captures a model and draws it; the curves: test_model_curve_sums_calls_times_best_...
 def test_plot_model_estimates_a_tune_model_log(tmp_path, capsys):
     """A tune-model log (fake builds, simulated timings): the model panel's last estimate is the sum over the
     model's tasks of calls x best time."""

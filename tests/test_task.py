@@ -12,6 +12,7 @@ from autotune.target import X86_FEATURE_FLAGS, cpu_name, host_llvm_target, parse
 from autotune.task import Task, make_task, parse_shape
 
 
+@pytest.mark.slow  # a fresh Python process importing TVM
 def test_key_is_stable_across_processes():
     task = make_task("conv2d", "C=64,H=56,W=56,K=64,R=3,S=3,padding=1")
     code = ("from autotune.task import make_task;"

@@ -287,6 +287,7 @@ def test_cli_extract_compile(capsys):
     assert "torch.compile captured" in out and "1 tasks, 2 calls" in out
 
 
+@pytest.mark.slow  # Dynamo recompiles for dynamic shapes; the split itself: test_mixture_of_experts_splits_...
 def test_a_split_graph_called_with_new_shapes_keeps_its_split():
     model, (x,) = tiny_moe()
     fn = _compiled(model)
@@ -297,6 +298,7 @@ def test_a_split_graph_called_with_new_shapes_keeps_its_split():
     assert tb.STATS.splits <= 2 and tb.STATS.fallbacks == 0  # one split per Dynamo graph, not per shape
 
 
+@pytest.mark.slow  # the split around histc runs in test_mixture_of_experts_splits_around_histc_and_a_custom_op
 def test_extraction_splits_around_ops_tvm_cannot_import(capsys):
     model, (x,) = tiny_moe()
     tasks = extract_tasks(model, (x,))  # exports whole, TVM cannot import histc: through torch.compile

@@ -11,7 +11,7 @@ from autotune.records import best_record, load_records
 from autotune.tune import tune
 from search_spaces import resolve
 
-from conftest import TINY, FakeBuilder, SimulatedRunner
+from conftest import TINY, UNHURRIED, FakeBuilder, SimulatedRunner
 
 
 def _cost(cfg):  # fastest when both inner tiles are 8
@@ -143,7 +143,8 @@ def test_real_tuning_end_to_end(tmp_path, small_matmul, worker_env):
     from autotune import build_best
     from autotune.ops import random_inputs
 
-    res = tune(small_matmul, trials=6, tuner="random", log=tmp_path / "l.jsonl", template=TINY, batch_size=3)
+    res = tune(small_matmul, trials=6, tuner="random", log=tmp_path / "l.jsonl", template=TINY, batch_size=3,
+               runner_options=UNHURRIED)
     assert len(res.records) == 6 and res.best is not None and res.best.gflops() > 0
     kernel = build_best(tmp_path / "l.jsonl", small_matmul)
     a, b = random_inputs(small_matmul.opdef, small_matmul.shape, "float32", seed=5)
@@ -159,6 +160,7 @@ def test_real_tuning_end_to_end(tmp_path, small_matmul, worker_env):
         build_best(tmp_path / "old.jsonl", small_matmul)
 
 
+@pytest.mark.slow  # a second real tuning run (dense's packed weight: test_search_spaces in the default tier)
 def test_dense_weight_is_relaid_for_the_runner_and_the_kernel(tmp_path, worker_env):
     """Dense kernels take W packed ahead: the runner relays it outside the timed call (every trial passes
     the correctness check), and a built kernel takes W in its own layout."""
@@ -166,7 +168,8 @@ def test_dense_weight_is_relaid_for_the_runner_and_the_kernel(tmp_path, worker_e
     from autotune.ops import random_inputs
 
     task = make_task("dense", {"batch": 16, "in_features": 64, "out_features": 96})
-    res = tune(task, trials=4, tuner="random", log=tmp_path / "d.jsonl", batch_size=4, retime=0)
+    res = tune(task, trials=4, tuner="random", log=tmp_path / "d.jsonl", batch_size=4, retime=0,
+               runner_options=UNHURRIED)
     assert res.errors == 0 and all(r.input.config["pack_b"] == "pre" for r in res.records)
     kernel = build_best(tmp_path / "d.jsonl", task)
     x, w = random_inputs(task.opdef, task.shape, "float32", seed=5)
@@ -194,6 +197,7 @@ print(tvm.runtime.num_threads(), sum("TVM_NUM_THREADS=3" in str(w.message) for w
 """
 
 
+@pytest.mark.slow  # a fresh Python process importing TVM for each case
 @pytest.mark.parametrize("case, env", [
     ("fresh", None),  # the target's num-cores (at most the cores there are), not TVM's default
     ("fresh", "1"),  # the user's TVM_NUM_THREADS wins

@@ -123,7 +123,8 @@ def test_model_never_proposes_the_twin_of_a_proposed_config():
     assert not [i for k, i in enumerate(seen) if k >= COLD_BATCH and twin[i] in seen[:k]]
 
 
-@pytest.mark.parametrize("features,seeds", [("knob", range(6)), ("loop", range(3))])
+@pytest.mark.parametrize("features,seeds", [("knob", range(6)),
+                                            pytest.param("loop", range(3), marks=pytest.mark.slow)])
 def test_finds_better_configs_than_random_search(features, seeds):
     trials, optimum = 64, _optimum(MM, MM_SPACE)
     model_regret, random_regret = [], []
@@ -158,6 +159,7 @@ def _batch_best(tuner) -> float:
     return min(c for i in tuner.next_batch(16) if (c := toy_matmul_cost(MM, MM_SPACE.get(i))) is not None)
 
 
+@pytest.mark.slow
 def test_random_share_of_transfer_batches_limits_misleading_records():
     """Records that rank this task backwards (the slowest first) steer the model's picks to slow configs; half
     the batch drawn at random still finds fast ones."""
