@@ -5,7 +5,8 @@
 
 Every benchmark run stores its result as `benchmarks/results/<name>/<UTC time>.json` (`_common.write_section`)
 and then calls `render()`. File names sort by time, so a folder's last file is its latest run. RESULTS.md holds one
-section per name: title, date, machine, command and the run's markdown, in the order of the scripts below.
+section per name: title, date, machine, command and the run's figures (its set-up paragraph and its tables), in the
+order of the scripts below; notes, lists and long tables' other rows stay in the JSON.
 """
 
 from __future__ import annotations
@@ -70,24 +71,38 @@ def title_and_body(result: dict) -> tuple[str, str]:
 
 
 MAX_TABLE_ROWS = 12  # a longer table shows its first rows; the JSON holds them all
+CAPTION_LINES = 2  # a paragraph this short right before a table is its caption
 
 
-def shorten_tables(body: str, data: str) -> str:
-    """The body with each markdown table cut to MAX_TABLE_ROWS rows, saying how many more the JSON holds."""
-    out: list[str] = []
-    table: list[str] = []
-    for line in [*body.splitlines(), ""]:
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        if table:
-            rows = len(table) - 2  # header and separator
-            out += table[:2 + MAX_TABLE_ROWS]
-            if rows > MAX_TABLE_ROWS:
-                out.append(f"\n({rows - MAX_TABLE_ROWS} more rows in [`{data}`]({data}))")
-            table = []
-        out.append(line)
-    return "\n".join(out[:-1])
+def _table(block: list[str], data: str) -> list[str]:
+    rows = len(block) - 2  # header and separator
+    more = [f"({rows - MAX_TABLE_ROWS} more rows in the JSON)"] if rows > MAX_TABLE_ROWS else []
+    return block[:2 + MAX_TABLE_ROWS] + ([""] + more if more else [])
+
+
+def figures(body: str, data: str) -> str:
+    """What RESULTS.md shows of a result: its set-up paragraph (the first), its headings and its tables (each with
+    the short paragraph before it as caption, long ones cut to MAX_TABLE_ROWS rows). Notes, lists and every row
+    stay in the JSON."""
+    blocks: list[list[str]] = [[]]
+    for line in body.splitlines():
+        if not line.strip():
+            blocks.append([])
+        elif blocks[-1] and blocks[-1][0].startswith("|") != line.startswith("|"):
+            blocks.append([line])  # a table starts or ends without a blank line
+        else:
+            blocks[-1].append(line)
+    blocks = [b for b in blocks if b]
+    keep: list[list[str]] = []
+    for k, block in enumerate(blocks):
+        if block[0].startswith("|"):
+            before = blocks[k - 1] if k else []
+            if k > 1 and len(before) <= CAPTION_LINES and not before[0].startswith(("|", "#")):
+                keep.append(before)
+            keep.append(_table(block, data))
+        elif k == 0 or block[0].startswith("#"):
+            keep.append(block)
+    return "\n\n".join("\n".join(b) for b in keep)
 
 
 def section(result: dict, base: Path, title: str) -> str:
@@ -100,7 +115,7 @@ def section(result: dict, base: Path, title: str) -> str:
             + ("" if result["command"] in body else f"Command: `{result['command']}`. ")
             + f"Data: [`{data}`]({data})"
             + (f" (migrated from the RESULTS.md of commit {origin.group(1)})" if origin else "") + ".")
-    return f"## {title}\n\n{meta}\n\n{shorten_tables(body, data)}\n"
+    return f"## {title}\n\n{meta} Notes, configs and every row are in the JSON.\n\n{figures(body, data)}\n"
 
 
 def render_text(results: Path = RESULTS_DIR, base: Path = RESULTS_MD.parent) -> str:
