@@ -102,6 +102,9 @@ def figures(body: str, data: str) -> str:
             keep.append(_table(block, data))
         elif k == 0 or block[0].startswith("#"):
             keep.append(block)
+    # a heading whose section kept no table goes too
+    keep = [b for k, b in enumerate(keep) if not b[0].startswith("#")
+            or (k + 1 < len(keep) and not keep[k + 1][0].startswith("#"))]
     return "\n\n".join("\n".join(b) for b in keep)
 
 
