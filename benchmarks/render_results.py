@@ -70,7 +70,8 @@ def title_and_body(result: dict) -> tuple[str, str]:
     return title, body
 
 
-MAX_TABLE_ROWS = 12  # a longer table shows its first rows; the JSON holds them all
+MAX_TABLE_ROWS = 8  # a longer table shows its first rows; the JSON holds them all
+MAX_TABLES = 3  # a result's first tables are its headline figures; the JSON holds the others
 CAPTION_LINES = 2  # a paragraph this short right before a table is its caption
 
 
@@ -81,9 +82,9 @@ def _table(block: list[str], data: str) -> list[str]:
 
 
 def figures(body: str, data: str) -> str:
-    """What RESULTS.md shows of a result: its set-up paragraph (the first), its headings and its tables (each with
-    the short paragraph before it as caption, long ones cut to MAX_TABLE_ROWS rows). Notes, lists and every row
-    stay in the JSON."""
+    """What RESULTS.md shows of a result: its set-up paragraph (the first), its headings and its first MAX_TABLES
+    tables (each with the short paragraph before it as caption, long ones cut to MAX_TABLE_ROWS rows). Notes,
+    lists, the other tables and every row stay in the JSON."""
     blocks: list[list[str]] = [[]]
     for line in body.splitlines():
         if not line.strip():
@@ -94,7 +95,10 @@ def figures(body: str, data: str) -> str:
             blocks[-1].append(line)
     blocks = [b for b in blocks if b]
     keep: list[list[str]] = []
+    tables = [k for k, block in enumerate(blocks) if block[0].startswith("|")]
     for k, block in enumerate(blocks):
+        if k in tables[MAX_TABLES:]:
+            continue
         if block[0].startswith("|"):
             before = blocks[k - 1] if k else []
             if k > 1 and len(before) <= CAPTION_LINES and not before[0].startswith(("|", "#")):
@@ -105,6 +109,8 @@ def figures(body: str, data: str) -> str:
     # a heading whose section kept no table goes too
     keep = [b for k, b in enumerate(keep) if not b[0].startswith("#")
             or (k + 1 < len(keep) and not keep[k + 1][0].startswith("#"))]
+    if len(tables) > MAX_TABLES:
+        keep.append([f"({len(tables) - MAX_TABLES} more tables in the JSON)"])
     return "\n\n".join("\n".join(b) for b in keep)
 
 
