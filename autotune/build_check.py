@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .measure import LocalBuilder
-from .measure_types import ErrorKind, MeasureInput, failure_reason
+from .measure_types import BuildResult, ErrorKind, MeasureInput, error_summary
 from .task import Task
 
 
@@ -24,7 +24,7 @@ class BuildReport:
     invalid: int = 0
     compile_errors: int = 0
     reasons: Counter = field(default_factory=Counter)  # rejection reasons, numbers masked
-    build_errors: Counter = field(default_factory=Counter)  # why compiling failed (`failure_reason`)
+    build_failures: list[BuildResult] = field(default_factory=list)  # what failed to compile, and why
 
     @property
     def valid(self) -> int:
@@ -35,9 +35,8 @@ class BuildReport:
         lines = [f"{self.proposed} candidates: {self.valid} valid, {self.invalid} invalid, "
                  f"{self.built} built, {self.compile_errors} failed to build"]
         lines += [f"rejected: {n} x {r}" for r, n in self.reasons.most_common(5)]
-        lines += [f"failed to build: {n} x {r}" for r, n in self.build_errors.most_common(5)]
+        lines += [f"failed to build: {line}" for line in error_summary(self.build_failures, top=5)]
         return "\n".join(lines)
-
 
 
 def build_only(task: Task, trials: int, template_ref: str, seed: int = 0, batch_size: int = 16,
@@ -70,7 +69,7 @@ def build_only(task: Task, trials: int, template_ref: str, seed: int = 0, batch_
                     report.built += 1
                 else:
                     report.compile_errors += 1
-                    report.build_errors[f"{res.error.value}: {failure_reason(res.message)}"] += 1
+                    report.build_failures.append(res)
     finally:
         builder.close()
     return report

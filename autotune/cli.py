@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("train-model", help="train a cost model on logs and save it")
     m.add_argument("logs", nargs="+", help="tuning logs to train on")
     m.add_argument("-o", "--output", required=True, help="model file to write (JSON), replaced whole")
-    m.add_argument("--features", default="loop", choices=["loop", "knob"], help="features of the model: loop nests or knob values")
+    m.add_argument("--features", default="loop", choices=["loop", "knob"],
+                   help="features of the model: loop nests or knob values")
     return p
 
 

@@ -14,6 +14,7 @@ from .gpu import gpu_facts
 from .measure_types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from .records import now
 from .target import host_cores
+from .version import versions
 from .workers import CallResult, Worker, WorkerPool
 
 
@@ -71,6 +72,12 @@ class RunnerOptions:
     repeat: int = 3
     min_repeat_ms: float = 100.0
     cache_flush: bool = False
+
+
+def record_versions(runner: Runner, task) -> dict[str, str]:
+    """What the records of `task` measured by `runner` name: autotune, TVM, LLVM and xgboost versions, and the
+    device's facts (for CUDA: the GPU, its driver, CUDA)."""
+    return {**versions(), **runner.device(task.target_kind)}
 
 
 def runner_timing(runner: Runner | None, task, options: RunnerOptions | None = None) -> str:

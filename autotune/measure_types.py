@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 import re
 from collections import Counter
-from typing import Iterable
 from dataclasses import dataclass
+from typing import Iterable
 
 from .space import Config
 from .task import Task
@@ -70,7 +70,7 @@ def failure_reason(message: str) -> str:
     return re.sub(r"\d+", "N", line)[:160]
 
 
-def error_summary(results: Iterable[MeasureResult], top: int = 3) -> list[str]:
-    """The most common causes of failed measurements, e.g. "5 x compile_error: ld: error adding symbols ..."."""
+def error_summary(results: Iterable[BuildResult | MeasureResult], top: int = 3) -> list[str]:
+    """The most common causes of failed builds or measurements, e.g. "5 x compile_error: ld: error adding ..."."""
     causes = Counter(f"{r.error.value}: {failure_reason(r.message)}" for r in results if r.error is not None)
     return [f"{n} x {cause}" for cause, n in causes.most_common(top)]

@@ -274,7 +274,8 @@ def add_rpc_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     s = sub.add_parser("server", help="run an RPC server in the foreground (Ctrl-C stops it)")
     s.add_argument("--key", required=True, help="device key clients ask the tracker for, e.g. epyc-2core")
     s.add_argument("--tracker", default=DEFAULT_TRACKER, help="tracker HOST:PORT")
-    s.add_argument("--host", default="127.0.0.1", help="address to listen on (the tracker records the address the server connects from)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (the tracker records the address the server connects from)")
     s.add_argument("--port", type=int, default=9090, help="first port to try")
     s.add_argument("--port-end", type=int, help="end of the port range to try (default: PORT+100)")
     s.add_argument("--threads", type=int, default=0, help="kernel threads (sets TVM_NUM_THREADS; 0: inherit)")

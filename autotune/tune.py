@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import AutotuneError
-from .measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, runner_timing
+from .measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, record_versions, runner_timing
 from .measure_types import MeasureInput
 from .records import TIMINGS, LogReadStats, LogWriter, Record, best_record, iter_records, split_retimes, timings
 from .retime import RETIMES, next_round
 from .task import Task
 from .tuners import get_tuner_class
-from .version import versions
 
 
 @dataclass
@@ -96,8 +95,7 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
 
     def measure(inputs: list[MeasureInput], writer: LogWriter) -> list[Record]:
         results = runner.run(inputs, builder.build(inputs))
-        stamp = {**versions(), **runner.device(task.target_kind)}
-        records = [Record(inp, res, tmpl.version, runner.threads, stamp, timing)
+        records = [Record(inp, res, tmpl.version, runner.threads, record_versions(runner, task), timing)
                    for inp, res in zip(inputs, results)]
         for rec in records:
             writer.write(rec)

@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, runner_timing
+from ..measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, record_versions, runner_timing
 from ..measure_types import MeasureInput
 from ..records import LogWriter, Record
 from ..retime import RETIMES
 from ..space import ConfigSpace
 from ..tune import TuneResult, resumable_records, tune
-from ..version import versions
 from ..hardware import hardware_model
 from .spec import DynamicSpec
 from .ukernels import Candidate, chosen_heights, rank_ukernels
@@ -141,7 +140,7 @@ def _measure_seeds(task, donors: list[Record], n: int, log: Path, builder: Build
         return 0
     inputs = [MeasureInput(task, space.get(i), ref) for i in seeds]
     results = runner.run(inputs, builder.build(inputs))
-    stamp = {**versions(), **runner.device(task.target_kind)}
+    stamp = record_versions(runner, task)
     with LogWriter(log) as writer:
         for inp, res in zip(inputs, results):
             writer.write(Record(inp, res, tmpl.version, runner.threads, stamp, timing))
