@@ -12,21 +12,27 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from .cli_args import add_runner_arguments, add_search_arguments, runner_options, xgb_options
+from cost_models import train_from_records
+
+from .cli_args import add_runner_arguments, add_search_arguments, runner_options, tuner_options
+from .database import TuningDatabase
 from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
+from .measure import error_summary
+from .measure.build_check import build_only
+from .measure.rpc import add_rpc_runner_arguments, runner_from_args
+from .measure.rpc_services import add_rpc_parser, cmd_rpc
 from .model.cli import add_model_commands
-from .plot import X_AXES
-from .rpc_services import add_rpc_parser, add_rpc_runner_arguments, cmd_rpc, runner_from_args
-
-EXAMPLE_SHAPES = {
-    "matmul": "M=1024,N=1024,K=1024",
-    "dense": "batch=128,in_features=768,out_features=3072",
-    "batch_matmul": "B=12,M=128,N=128,K=64",
-    "conv2d": "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1",
-    "group_conv2d": "N=1,C=224,H=14,W=14,K=224,R=3,S=3,groups=28,padding=1",
-    "depthwise_conv2d": "N=1,C=144,H=56,W=56,R=3,S=3,stride=1,padding=1",
-}
+from .model.extract import extract_tasks
+from .operators import OPS, default_template_ref
+from .plot import X_AXES, curves, draw, log_labels, model_curve, model_summary, panels, summary
+from .progress import ProgressBar
+from .records import config_key, write_log
+from .task import make_task
+from .templates import resolve, space_of
+from .transfer import transfer_records, transfer_summary
+from .tune import default_log_path, ensure_measurable, tune
+from .tuners import learns_from_transfer
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -95,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-INTERRUPTED_MESSAGE = "autotune: interrupted; every finished measurement is in the log; re-run the same command to resume"
+INTERRUPTED_MESSAGE = ("autotune: interrupted; every finished measurement is in the log; re-run the same command to "
+                       "resume")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,28 +135,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .measure_types import error_summary
-    from .progress import ProgressBar
-    from .task import make_task
-    from .tune import default_log_path, ensure_measurable, tune
-    from .tuners import get_tuner_class
-
     if wants_dynamic(args):
         return cmd_tune_dynamic(args)
     task = make_task(args.op, args.shape, args.dtype, args.target, arch=args.arch)
-    get_tuner_class(args.tuner)  # validate before any work
+    options = tuner_options(args)  # validates the tuner and its options before any work
     if args.trials < 1:
         raise AutotuneError("--trials must be >= 1")
     if args.build_only:
         return _build_only(task, args)
     log = Path(args.log) if args.log else default_log_path(task)
-    options = {}
-    if args.tuner == "xgb":
-        from .transfer import transfer_records, transfer_summary
-
-        options = {**xgb_options(args), "cost_model": args.cost_model,
-                   "transfer": transfer_records(task, log, args.transfer)}
-        print(transfer_summary(task, options["transfer"]), file=sys.stderr)
+    transfer = []
+    if learns_from_transfer(args.tuner):
+        transfer = transfer_records(task, log, args.transfer)
+        print(transfer_summary(task, transfer), file=sys.stderr)
     options_run = runner_options(args)
     remote = runner_from_args(args, options_run)  # None: measure on this machine
     if remote is None:
@@ -159,7 +157,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         with ProgressBar(args.trials, task, enabled=not args.quiet) as bar:
             result = tune(task, trials=args.trials, tuner=args.tuner, log=log, seed=args.seed,
                           early_stopping=args.early_stopping, batch_size=args.batch_size, template=args.template,
-                          tuner_options=options, runner_options=options_run, runner=remote, progress=bar.update,
+                          tuner_options=options, transfer=transfer, runner_options=options_run, runner=remote,
+                          progress=bar.update,
                           build_timeout=args.build_timeout, retime=args.retime)
     finally:
         if remote is not None:
@@ -183,11 +182,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _build_only(task, args: argparse.Namespace) -> int:
-    import search_spaces
-
-    from .build_check import build_only
-
-    ref = args.template or search_spaces.default_template_ref(task.op, task.target_kind)
+    ref = args.template or default_template_ref(task.op, task.target_kind)
     print(f"building {task} ({ref}), measuring nothing", file=sys.stderr)
     report = build_only(task, args.trials, ref, seed=args.seed, batch_size=args.batch_size,
                         build_timeout=args.build_timeout)
@@ -195,39 +190,39 @@ def _build_only(task, args: argparse.Namespace) -> int:
     return 0 if report.built else 1
 
 
-def _load(paths: list[str]):
-    from .records import LogReadStats, load_records
-
+def _open(paths: list[str]):
+    """The records database of the logs named on the command line (each must be a file)."""
     for p in paths:
         if not Path(p).is_file():
             raise AutotuneError(f"log {p} does not exist or is not a file")
-    stats = LogReadStats()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        records = load_records(paths, stats)
-    if stats.skipped:
-        print(f"warning: skipped {stats.skipped} corrupt line(s)", file=sys.stderr)
-    return records, stats
+    db = TuningDatabase.open(paths)
+    if db.stats.skipped:
+        print(f"warning: skipped {db.stats.skipped} corrupt line(s)", file=sys.stderr)
+    return db
+
+
+def _stale_note(db, key: str) -> str:
+    stale = db.stale(key)
+    return f" ({stale} records made by other versions of its template: not counted)" if stale else ""
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from .records import best_record, by_task, config_key, timings, write_log
-
     if args.output and any(Path(args.output).resolve() == Path(p).resolve() for p in args.logs):
         raise AutotuneError(f"--output {args.output} is one of the logs read: name another file")
-    records, _ = _load(args.logs)
+    db = _open(args.logs)
     kept = []
-    for key, recs in by_task(records).items():
-        best = best_record(recs)
+    for key in db.task_keys():
+        best = db.best(key)
         if best is None:
             if not args.json:
-                print(f"{key}: no valid record ({len(recs)} records)")
+                print(f"{key}: no valid record ({len(db.records(key))} records){_stale_note(db, key)}")
             continue
-        kept += [r for r in recs if r.result.ok and config_key(r) == config_key(best)]
+        timings = db.timings(best)
+        kept += timings
         row = {"task_key": key, "op": best.task.op, "params": best.task.shape, "dtype": best.task.dtype,
                "target": best.task.target, "template": best.input.template, "config": best.input.config.to_dict(),
                "mean_s": best.result.mean_s, "gflops": round(best.gflops(), 3), "threads": best.threads,
-               "timing": best.timing, "timings": timings(recs, best)}
+               "timing": best.timing, "timings": len(timings)}
         if args.json:
             print(json.dumps(row))
         else:
@@ -242,26 +237,23 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .records import best_record, by_task, config_key
-
-    records, stats = _load(args.logs)
-    print(f"{stats.records} records, {stats.skipped} corrupt lines skipped")
-    for key, recs in by_task(records).items():
+    db = _open(args.logs)
+    print(f"{db.stats.records} records, {db.stats.skipped} corrupt lines skipped")
+    for key in db.task_keys():
+        recs = db.records(key)
         errors = Counter(r.result.error.value for r in recs if not r.result.ok)
-        best = best_record(recs)
+        best = db.best(key)
         best_txt = f"{best.gflops():.1f} GFLOPS ({best.result.mean_s * 1e3:.4f} ms)" if best else "none valid"
         err_txt = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
         print(f"{key}  {recs[0].task}\n  records={len(recs)} configs={len({config_key(r) for r in recs})} "
               f"valid={len(recs) - sum(errors.values())} "
               f"errors: {err_txt}\n  best: {best_txt}  threads={best.threads if best else '-'}  "
-              f"timing={best.timing if best else '-'}")
+              f"timing={best.timing if best else '-'}{_stale_note(db, key)}")
     return 0
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .plot import curves, draw, panels, summary
-
-    logs = {path: _load([path])[0] for path in dict.fromkeys(args.logs)}
+    logs = {path: _open([path]) for path in dict.fromkeys(args.logs)}
     found = [c for path, records in logs.items() for c in curves(records, path)]
     if args.task:
         found = [c for c in found if args.task in c.task_key or args.task in c.title]
@@ -284,9 +276,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def _model_panel(model: str, logs: dict, axis: str) -> dict:
     """Log -> its model curve's series (`autotune.plot.model_curve`), for the logs with an estimate; prints one
     line per log. The model's tasks are extracted for the target most of a log's records were made on."""
-    from .model.extract import extract_tasks
-    from .plot import log_labels, model_curve, model_summary
-
     weights: dict[str, dict[str, int]] = {}  # target JSON -> task key -> calls
     series = {}
     for (path, records), label in zip(logs.items(), log_labels(list(logs))):
@@ -303,31 +292,23 @@ def _model_panel(model: str, logs: dict, axis: str) -> dict:
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
-    import search_spaces
-
-    from .ops import OPS
-    from .task import make_task
-
     for name, op in OPS.items():
         print(f"{name}: {op.doc}\n  parameters: {op.signature()}")
-        task = make_task(name, EXAMPLE_SHAPES[name])
-        for kind in ("llvm", "cuda"):
-            ref = search_spaces.DEFAULT_TEMPLATES.get((name, kind))
-            if ref:
-                space = search_spaces.resolve(ref).define_space(task)
-                allowed = space.allowed_count()
-                limit = f" ({allowed:,} within this target's register tile limit)" if allowed < len(space) else ""
-                print(f"  {kind} template {ref}: {len(space):,} configs{limit} for {EXAMPLE_SHAPES[name]}")
+        task = make_task(name, op.example)
+        for kind, ref in op.templates.items():
+            space = space_of(resolve(ref), task)
+            allowed = space.allowed_count()
+            limit = f" ({allowed:,} within this target's register tile limit)" if allowed < len(space) else ""
+            print(f"  {kind} template {ref}: {len(space):,} configs{limit} for {op.example}")
     return 0
 
 
 def cmd_train_model(args: argparse.Namespace) -> int:
-    from cost_models import train_from_records
-
-    records, _ = _load(args.logs)
+    db = _open(args.logs)
+    records = db.records()
     if not any(r.result.ok for r in records):
         raise AutotuneError("no valid record to train on")
-    model = train_from_records(records, features=args.features)
+    model = train_from_records(db, features=args.features)
     model.save(args.output)
     print(f"trained on {len(records)} records of {len({r.task.key for r in records})} tasks; saved {args.output}")
     return 0

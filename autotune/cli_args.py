@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
+from .measure import RunnerOptions
 from .retime import RETIMES
-
-if TYPE_CHECKING:
-    from .measure import RunnerOptions
+from .tuners import options_type
+from .tuners.options import XGBOptions
 
 
 def add_runner_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,15 +24,23 @@ def add_runner_arguments(p: argparse.ArgumentParser) -> None:
 
 def runner_options(args: argparse.Namespace) -> RunnerOptions:
     """The RunnerOptions of the arguments add_runner_arguments added."""
-    from .measure import RunnerOptions
-
     return RunnerOptions(threads=args.threads, timeout=args.timeout, repeat=args.repeat,
                          min_repeat_ms=args.min_repeat_ms, cache_flush=args.cache_flush)
 
 
-def xgb_options(args: argparse.Namespace) -> dict:
-    """The xgb tuner's options of the arguments add_search_arguments added (not --transfer: callers differ)."""
-    return {"features": args.features, "cold_start": args.cold_start}
+def xgb_options(args: argparse.Namespace) -> XGBOptions:
+    """The xgb tuner's options of the arguments add_search_arguments added, and --cost-model where the command has
+    it (not --transfer: callers differ)."""
+    return XGBOptions(features=args.features, cold_start=args.cold_start, cost_model=getattr(args, "cost_model", None))
+
+
+OPTION_READERS = {XGBOptions: xgb_options}  # a tuner's options type -> what reads it from the arguments
+
+
+def tuner_options(args: argparse.Namespace) -> XGBOptions | None:
+    """The options of the tuner --tuner names (None: one without options); an unknown tuner is an AutotuneError."""
+    read = OPTION_READERS.get(options_type(args.tuner))
+    return read(args) if read is not None else None
 
 
 def add_search_arguments(p: argparse.ArgumentParser, transfer_default: str) -> None:

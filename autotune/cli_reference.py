@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .cli import build_parser
+
 HEADER = """# Command-line reference
 
 Generated from the argument parsers by `python -m autotune.cli_reference -o docs/reference/cli.md`;
@@ -80,8 +82,6 @@ def _render(prog: str, summary: str, parser: argparse.ArgumentParser, depth: int
 def render(parser: argparse.ArgumentParser | None = None) -> str:
     """The reference page for `parser` (default: autotune's own)."""
     if parser is None:
-        from .cli import build_parser
-
         parser = build_parser()
     commands = _subparsers(parser)
     lines = [HEADER, "| command | what it does |", "|---|---|"]

@@ -1,9 +1,9 @@
 """CUDA resource limits per arch, and the pre-build check that rejects configs breaking them.
 
-A CUDA template module exposes `kernel_resources(task, cfg) -> KernelResources`, computed from
-the knob values alone (no TVM call). `check_config(task, template, cfg)` finds that function
-through the template's module and compares the estimate with the limits of the task's arch:
-None means "build it", a string is the reason the config is invalid.
+A CUDA template declares `Template.kernel_resources(task, cfg) -> KernelResources`, computed from
+the knob values alone (no TVM call). `check_config(task, template, cfg)` compares that estimate
+with the limits of the task's arch: None means "build it", a string is the reason the config is
+invalid.
 
 Shared memory: TVM 0.27 emits `__shared__` arrays (static) for scope "shared". ptxas refuses more
 than 48 KiB of static shared memory on every arch (verified with nvcc 13 for sm_90: a 64 KiB
@@ -15,9 +15,13 @@ limit with cuFuncSetAttribute when it is over 48 KiB), up to the arch's opt-in s
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .space import Config
+    from .task import Task
 
 STATIC_SHARED_BYTES = 48 * 1024
 REGISTERS_PER_BLOCK = 64 * 1024
@@ -113,14 +117,17 @@ def check_resources(res: KernelResources, limits: GpuLimits) -> str | None:
     return None
 
 
-def check_config(task: Any, template: Any, cfg: Any) -> str | None:
+class Estimated(Protocol):
+    """What the check reads of a template (`autotune.templates.Template`)."""
+
+    kernel_resources: Callable[[Task, Config], KernelResources] | None
+
+
+def check_config(task: Task, template: Estimated, cfg: Config) -> str | None:
     """None when the config may be built for the task's GPU, else why not (never compiles anything).
 
-    Templates whose module has no `kernel_resources` (all CPU templates) are never rejected here.
+    Templates without `kernel_resources` (all CPU templates) are never rejected here.
     """
-    if task.target_kind != "cuda":
+    if task.target_kind != "cuda" or template.kernel_resources is None:
         return None
-    resources = getattr(importlib.import_module(template.apply.__module__), "kernel_resources", None)
-    if resources is None:
-        return None
-    return check_resources(resources(task, cfg), limits_for(str(task.target["arch"])))
+    return check_resources(template.kernel_resources(task, cfg), limits_for(str(task.target["arch"])))

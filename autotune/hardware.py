@@ -1,8 +1,8 @@
 """Analytic hardware models of a CPU or a CUDA arch, for the uKernel ranking and the cold-start prior.
 
-The CPU model is read from this machine (/proc/cpuinfo for the clock, /sys cache sizes) plus the target's
-vector unit (`target.vector_unit`) and core count; the CUDA model comes from a small table keyed by compute
-capability.
+The CPU model is read from this machine (its clock from /proc/cpuinfo: `target.read_cpuinfo`; /sys cache sizes)
+plus the target's vector unit (`target.vector_unit`) and core count; the CUDA model comes from a small table keyed
+by compute capability.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .gpu_limits import compute_capability, limits_for
+from .target import host_cores, host_llvm_target, read_cpuinfo, vector_unit
 
-DEFAULT_GHZ = 2.0
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
@@ -99,31 +99,9 @@ def cache_sizes(cpu_dir: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> d
     return out
 
 
-def read_cpuinfo(path: str | Path) -> tuple[set[str], float]:
-    """(flags, GHz) of the first processor in /proc/cpuinfo."""
-    flags: set[str] = set()
-    ghz = 0.0
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return flags, DEFAULT_GHZ
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags" and not flags:
-            flags = set(value.split())
-        elif key.strip() == "cpu MHz" and not ghz:
-            try:
-                ghz = float(value) / 1000
-            except ValueError:
-                pass
-    return flags, ghz or DEFAULT_GHZ
-
-
 def cpu_model(target: dict[str, Any] | None = None, cpuinfo: str | Path = "/proc/cpuinfo",
               cache_dir: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> CpuModel:
     """The model of this machine's CPU; cores come from the target's `num-cores` when given."""
-    from .target import host_cores, host_llvm_target, vector_unit
-
     ghz = read_cpuinfo(cpuinfo)[1]
     target = target or {}
     lanes, regs = vector_unit(target if target.get("mcpu") else host_llvm_target())  # what kernels compile for

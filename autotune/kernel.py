@@ -9,10 +9,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import AutotuneError
-from .records import Record, best_record, load_records
+from .database import TuningDatabase
+from .records import Record
 from .space import Config
 from .target import compile_kernel, use_target_threads
 from .task import Task
+from .templates import default_template, prim_func, resolve, space_of
 
 
 @dataclass
@@ -62,28 +64,25 @@ class Kernel:
 
 def compile_config(task: Task, config_index: int | None, template_ref: str | None = None) -> Kernel:
     """Compile one config of the task's template (None: the unscheduled default)."""
-    import search_spaces
-
     if config_index is None:
-        mod, cfg, tmpl = search_spaces.prim_func(task), None, None
+        mod, cfg, tmpl = prim_func(task), None, None
     else:
-        tmpl = search_spaces.resolve(template_ref or search_spaces.default_template_ref(task.op, task.target_kind))
-        cfg = tmpl.define_space(task).get(config_index)
+        tmpl = resolve(template_ref) if template_ref else default_template(task)
+        cfg = space_of(tmpl, task).get(config_index)
         mod = tmpl.kernel(task, cfg)
     return Kernel(task, cfg, None, compile_kernel(mod, task.target), tmpl)
 
 
-def build_best(log: str | os.PathLike | Sequence[str | os.PathLike], task: Task) -> Kernel:
-    """The best valid config of `task` in the log(s) made by the current version of its template, compiled."""
-    import search_spaces
-
-    mine = [r for r in load_records(log) if r.task.key == task.key]
-    current = list(search_spaces.current_records(mine))
-    best = best_record(current)
+def build_best(log: str | os.PathLike | Sequence[str | os.PathLike] | TuningDatabase, task: Task) -> Kernel:
+    """The best config of `task` in the log(s) (`TuningDatabase.best`: made by the current version of its
+    template), compiled."""
+    db = log if isinstance(log, TuningDatabase) else TuningDatabase.open(log)
+    best = db.best(task)
     if best is None:
-        stale = len(mine) - len(current)
+        stale = db.stale(task)
         stale = f" ({stale} made by other versions of its template: tune it again)" if stale else ""
-        raise AutotuneError(f"no valid record for {task} (key {task.key}) in {log}{stale}")
+        where = "the records" if isinstance(log, TuningDatabase) else log
+        raise AutotuneError(f"no valid record for {task} (key {task.key}) in {where}{stale}")
     kernel = compile_config(task, best.input.config.index, best.input.template)
     kernel.record = best
     return kernel

@@ -8,20 +8,34 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from .errors import AutotuneError
-from .measure_types import ErrorKind, MeasureInput, MeasureResult
+from .measure.types import ErrorKind, MeasureInput, MeasureResult
 from .space import Config
 from .task import Task
 
 LOG_FORMAT = 1
-RETIME_SHARE = 0.9  # contenders: first measured at >= 90% of the best first measurement's throughput
-RETIME_TOP = 8  # at most this many contenders (`autotune.retime` times them again after the last trial)
+
+
+@dataclass(frozen=True)
+class RetimePolicy:
+    """Which configs are contenders for the best and how often they are timed again (`autotune.retime`).
+
+    share: a contender was first measured at `share` or more of the best first measurement's throughput;
+    top: at most this many contenders, the best first measurements; rounds: re-timings of each contender after
+    the last trial (with its first timing, a median of rounds + 1).
+    """
+
+    share: float = 0.9
+    top: int = 8
+    rounds: int = 2
+
+
+RETIME = RetimePolicy()  # the policy of `autotune tune`, `tune-model` and of every reader of the logs
 
 
 @dataclass(frozen=True)
@@ -196,18 +210,19 @@ def split_retimes(records: Iterable[Record]) -> tuple[list[Record], list[Record]
     return trials, retimes
 
 
-def contenders(trials: list[Record], share: float = RETIME_SHARE, top: int = RETIME_TOP) -> list[Record]:
-    """The valid trials first measured within `share` of the best one's throughput, fastest first."""
+def contenders(trials: list[Record], policy: RetimePolicy = RETIME) -> list[Record]:
+    """The valid trials first measured within `policy.share` of the best one's throughput (at most `policy.top`),
+    fastest first."""
     valid = sorted((r for r in trials if r.result.ok), key=lambda r: r.result.mean_s)
     if not valid:
         return []
-    bound = valid[0].result.mean_s / share
-    return [r for r in valid[:top] if r.result.mean_s <= bound]
+    bound = valid[0].result.mean_s / policy.share
+    return [r for r in valid[:policy.top] if r.result.mean_s <= bound]
 
 
-def best_record(records: Iterable[Record]) -> Record | None:
+def best_record(records: Iterable[Record], policy: RetimePolicy = RETIME) -> Record | None:
     """The record of the fastest config among the contenders (`contenders`: the configs whose first timing is
-    within RETIME_SHARE of the best first timing, the ones `autotune.retime` times again), each scored by the
+    within `policy.share` of the best first timing, the ones `autotune.retime` times again), each scored by the
     median of its timings (the slower middle one of an even count): one lucky timing does not make a config
     best, and a config first timed outside that share never outranks a contender on a single timing taken at
     another moment (this machine's speed changed 2x between a run's trials and its re-timings once).
@@ -219,16 +234,15 @@ def best_record(records: Iterable[Record]) -> Record | None:
             timings.setdefault(config_key(r), []).append(r)
         else:
             failed.add(config_key(r))
-    firsts = contenders([recs[0] for key, recs in timings.items() if key not in failed])
-    medians = [sorted(recs, key=lambda r: r.result.mean_s)[len(recs) // 2]
-               for recs in (timings[config_key(f)] for f in firsts)]
+    firsts = contenders([recs[0] for key, recs in timings.items() if key not in failed], policy)
+    medians = [median_record(timings[config_key(f)]) for f in firsts]
     return min(medians, key=lambda r: r.result.mean_s) if medians else None
 
 
-def timings(records: Iterable[Record], record: Record) -> int:
-    """How many valid timings of the config of `record` there are among `records`."""
-    key = config_key(record)
-    return sum(r.result.ok and config_key(r) == key for r in records)
+def median_record(timings: Sequence[Record]) -> Record:
+    """The record of the median timing among valid `timings` of one config (the slower middle one of an even
+    count): how a config is scored."""
+    return sorted(timings, key=lambda r: r.result.mean_s)[len(timings) // 2]
 
 
 def by_task(records: Iterable[Record]) -> dict[str, list[Record]]:
@@ -236,7 +250,3 @@ def by_task(records: Iterable[Record]) -> dict[str, list[Record]]:
     for r in records:
         out.setdefault(r.task.key, []).append(r)
     return out
-
-
-def now() -> float:
-    return round(time.time(), 3)

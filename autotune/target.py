@@ -6,12 +6,15 @@ import functools
 import json
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
+from . import gpu
 from .errors import AutotuneError
 
 TARGET_KINDS = ("llvm", "cuda")
 DEFAULT_CUDA_ARCH = "sm_90"
+DEFAULT_GHZ = 2.0  # the clock read_cpuinfo reports when /proc/cpuinfo names none
 
 
 def _affinity_cores() -> int:
@@ -70,12 +73,30 @@ def unsupported_features(cpu_features: set[str], host_flags: set[str]) -> list[s
     return sorted(f for f, flag in X86_FEATURE_FLAGS.items() if f in cpu_features and flag not in host_flags)
 
 
+def read_cpuinfo(path: str | Path) -> tuple[set[str], float]:
+    """(flags, GHz) of the first processor in /proc/cpuinfo."""
+    flags: set[str] = set()
+    ghz = 0.0
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return flags, DEFAULT_GHZ
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags" and not flags:
+            flags = set(value.split())
+        elif key.strip() == "cpu MHz" and not ghz:
+            try:
+                ghz = float(value) / 1000
+            except ValueError:
+                pass
+    return flags, ghz or DEFAULT_GHZ
+
+
 @functools.lru_cache(maxsize=None)
 def _host_cpu() -> tuple[str, tuple[str, ...]]:
     """(LLVM's name of this machine's CPU, the `mattr` that switches off what the CPU model has and it lacks)."""
     from tvm.target import codegen
-
-    from .hardware import read_cpuinfo
 
     cpu = str(codegen.llvm_get_system_cpu())
     flags = read_cpuinfo("/proc/cpuinfo")[0]
@@ -125,10 +146,8 @@ def cpu_name(target: dict[str, Any]) -> str:
 
 def default_cuda_arch() -> str:
     """The local GPU's arch when this machine has one (nvidia-smi), else DEFAULT_CUDA_ARCH."""
-    from .gpu import local_gpu
-
-    gpu = local_gpu()
-    return gpu["arch"] if gpu else DEFAULT_CUDA_ARCH
+    local = gpu.local_gpu()
+    return local["arch"] if local else DEFAULT_CUDA_ARCH
 
 
 def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[str, Any]:

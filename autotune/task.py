@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import AutotuneError
-from .ops import OpDef, Params, get_op
+from .operators import OpDef, Params, get_op
 from .target import parse_target
 
 DTYPES = ("float32",)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .database import TuningDatabase
 from .errors import AutotuneError
 from .model.fx_graph import Exported, Refused, call_key, export_graph, graph_label, one_line, static_inputs
 from .model.partition import split_for_tvm, written_inputs
@@ -51,7 +52,7 @@ class BackendStats:
 
 STATS = BackendStats()
 _BUILDS: dict[str, Any] = {}  # level-2 cache: exported graph + shapes + weights -> BuiltModel
-_RECORDS: dict[tuple, list] = {}
+_RECORDS: dict[tuple, TuningDatabase] = {}
 
 
 def builds() -> list[Any]:
@@ -97,14 +98,11 @@ class Settings:
         stamps = [(p, os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in self.logs]
         return repr((stamps, self.target))
 
-    def records(self) -> list:
-        from .records import load_records
-
+    def records(self) -> TuningDatabase:
+        """The records database of the logs (read again only when a log changed)."""
         key = (self.fingerprint(),)
         if key not in _RECORDS:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                _RECORDS[key] = load_records(list(self.logs)) if self.logs else []
+            _RECORDS[key] = TuningDatabase.open(self.logs)
         return _RECORDS[key]
 
 

@@ -1,42 +1,29 @@
-"""Which records pre-train the cost model of a new task (transfer learning)."""
+"""Which logs pre-train the cost model of a new task (transfer learning); which of their records it learns from
+is `TuningDatabase.transfer`'s choice."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .records import Record, load_records
+from .database import TuningDatabase
+from .records import Record
 from .task import Task
 
-MAX_TRANSFER_RECORDS = 2000
+
+def transfer_logs(log: str | Path, logs: Sequence[str] | None) -> list[Path]:
+    """logs None (the default): every other `*.jsonl` beside `log` (so `logs/` accumulates knowledge); an empty
+    list: none (transfer off); otherwise exactly the given logs."""
+    if logs is None:
+        return [p for p in sorted(Path(log).parent.glob("*.jsonl")) if p.resolve() != Path(log).resolve()]
+    return [Path(p) for p in logs]
 
 
-def transfer_records(task: Task, log: Path, logs: Sequence[str] | None) -> list[Record]:
-    """Records of *other* tasks on the same target kind (at most `MAX_TRANSFER_RECORDS`, `select_transfer`).
-
-    logs None (the default): every other `*.jsonl` beside `log` (so `logs/` accumulates
-    knowledge); an empty list disables transfer; otherwise exactly the given logs.
-    """
-    return select_transfer(task, folder_records(log, logs, task.target_kind))
-
-
-def select_transfer(task: Task, records: Sequence[Record], limit: int = MAX_TRANSFER_RECORDS) -> list[Record]:
-    """Up to `limit` records of tasks other than `task`: every one of the same operator first, then the most
-    recent of the others.
-
-    Other shapes of the same operator teach a model the most about a new shape (a held-out shape was ranked
-    better from other shapes of its operator alone than from other operators; see docs/experiments.md), so a
-    folder full of other operators' logs must not crowd them out.
-    """
-    others = [r for r in records if r.task.key != task.key]
-    keep = _latest([r for r in others if r.task.op == task.op], limit)
-    return keep + _latest([r for r in others if r.task.op != task.op], limit - len(keep))
-
-
-def _latest(records: list[Record], n: int) -> list[Record]:
-    """The n most recent records, oldest first."""
-    return sorted(records, key=lambda r: r.result.timestamp)[-n:] if n > 0 else []
+def transfer_records(task: Task, log: str | Path, logs: Sequence[str] | None) -> list[Record]:
+    """The records of other tasks on the task's target kind in `transfer_logs(log, logs)` that its cost model
+    learns from (`TuningDatabase.transfer`)."""
+    paths = transfer_logs(log, logs)
+    return TuningDatabase.open(paths).transfer(task) if paths else []
 
 
 def transfer_summary(task: Task, records: Sequence[Record]) -> str:
@@ -47,15 +34,3 @@ def transfer_summary(task: Task, records: Sequence[Record]) -> str:
     same = {r.task.key for r in records if r.task.op == task.op}
     return (f"transfer: {len(records)} records of {len(keys)} other task{'s' * (len(keys) != 1)}, "
             f"{len(same)} of them {task.op}")
-
-
-def folder_records(log: Path, logs: Sequence[str] | None, target_kind: str) -> list[Record]:
-    """The records on `target_kind` of `logs`, or (None) of every other `*.jsonl` beside `log`."""
-    if logs is None:
-        paths = [p for p in sorted(Path(log).parent.glob("*.jsonl")) if p.resolve() != Path(log).resolve()]
-    else:
-        paths = [Path(p) for p in logs]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        records = load_records(paths) if paths else []
-    return [r for r in records if r.task.target_kind == target_kind]

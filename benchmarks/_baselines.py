@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 
-from autotune.timing import time_calls
+from autotune.measure.timing import time_calls
 
 
 def median_time(fn, repeat: int = 7, min_s: float = 0.2) -> float:
@@ -101,12 +101,12 @@ def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0, layout_
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    import search_spaces
+    from autotune.templates import prim_func
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # builder workers cannot import benchmarks/
     from autotune.target import host_cores, to_tvm_target
 
-    func = search_spaces.prim_func(task)
+    func = prim_func(task)
     if layout_free:
         func = func.with_attr("layout_free_buffers", list(layout_free))
     mod = tvm.IRModule({"main": func})
@@ -129,7 +129,7 @@ def metaschedule_kernel(task, trials: int, work_dir: str, seed: int = 0, layout_
         return tvm.compile(sch.mod, target=target), lambda inputs: list(inputs)
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    from search_spaces.base import relayout_array
+    from autotune.templates import relayout_array
 
     kernel = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
     names = [p.name for p in func.params]

@@ -1,7 +1,7 @@
 """Time one kernel in a process of its own; prints seconds per call (median of 5 samples of >= 100 ms).
 
     python benchmarks/_time_kernel.py tvm LIB.so OP SHAPE [--config N] [--inputs X.npz]
-        # a compiled TVM kernel, checked and timed by the runner the tuner uses (autotune.measure_worker.run);
+        # a compiled TVM kernel, checked and timed by the runner the tuner uses (autotune.measure.worker.run);
         # --config: autotune's config N of the op's template (it may take a weight relaid ahead);
         # --inputs: the kernel's inputs, already relaid (a MetaSchedule kernel with its layout rewrite)
     python benchmarks/_time_kernel.py torch OP SHAPE [--prepacked]   # the operator in torch, on the same inputs
@@ -22,12 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 def time_tvm(lib_path: str, op: str, shape: str, config: int | None = None, inputs: str | None = None) -> float:
     import numpy as np
 
-    import search_spaces
     from autotune import make_task
-    from autotune.measure_worker import run
+    from autotune.measure.worker import run
+    from autotune.operators import default_template_ref
 
     task = make_task(op, shape)
-    template = search_spaces.default_template_ref(task.op, task.target_kind) if config is not None else None
+    template = default_template_ref(task.op, task.target_kind) if config is not None else None
     relaid = None
     if inputs:
         with np.load(inputs) as npz:
@@ -43,8 +43,8 @@ def time_torch(op: str, shape: str, prepacked: bool = False) -> float:
     from _baselines import median_time, torch_fn
 
     from autotune import make_task
-    from autotune.measure_worker import INPUT_SEED
-    from autotune.ops import random_inputs
+    from autotune.measure.worker import INPUT_SEED
+    from autotune.operators import random_inputs
 
     task = make_task(op, shape)
     inputs = random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED)

@@ -37,14 +37,14 @@ from _common import reexec_clean, report
 from bench_search import (
     OTHER_TASKS,
     TASKS,
-    ReplayingBuilder,
-    ReplayingRunner,
     curve,
     first_measurements,
     per_trial,
     transfer_records,
     trials_to_reach,
 )
+
+from autotune.tuners.options import XGBOptions  # noqa: E402
 
 AB_TASKS = {**TASKS, **OTHER_TASKS}
 DEFAULT_WORK = Path(ROOT, "benchmarks", "work", "ab").resolve()
@@ -78,6 +78,7 @@ def arm_label(args, commit: str) -> str:
 def run_arm(args, work: Path) -> None:
     from autotune import make_task, tune
     from autotune.measure import LocalBuilder, LocalRunner
+    from autotune.measure.replay import ReplayBuilder, ReplayRunner, config_index
 
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                             text=True).stdout.strip()
@@ -92,21 +93,19 @@ def run_arm(args, work: Path) -> None:
             tdir = work / task.key
             tdir.mkdir(parents=True, exist_ok=True)
             known = first_measurements(tdir)
-            options = ({"features": args.features, "cold_start": args.cold_start, "cold_random": args.cold_random}
-                       if args.tuner == "xgb" else {})
+            chosen = {"features": args.features, "cold_start": args.cold_start, "cold_random": args.cold_random}
+            transfer = []
             if args.transfer_from and args.tuner == "xgb":
-                options["transfer"] = transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
-                if args.transfer_explore is not None:
-                    options["transfer_explore"] = args.transfer_explore
-                if args.transfer_halflife is not None:
-                    options["transfer_halflife"] = args.transfer_halflife
-                if args.transfer_fit is not None:
-                    options["transfer_fit"] = args.transfer_fit
+                transfer = transfer_records(Path(args.transfer_from), task, Path(args.model_logs))
+                chosen.update({k: v for k, v in (("transfer_explore", args.transfer_explore),
+                                                 ("transfer_halflife", args.transfer_halflife),
+                                                 ("transfer_fit", args.transfer_fit)) if v is not None})
+            options = XGBOptions(**chosen) if args.tuner == "xgb" else None
             for seed in args.seeds:
                 t0 = time.time()
                 res = tune(task, trials=args.trials, tuner=args.tuner, log=tdir / f"{args.arm}-s{seed}.jsonl",
-                           seed=seed, tuner_options=options, builder=ReplayingBuilder(builder, known),
-                           runner=ReplayingRunner(runner, known), retime=0)
+                           seed=seed, tuner_options=options, transfer=transfer, builder=ReplayBuilder(known, builder, config_index),
+                           runner=ReplayRunner(known, runner, config_index), retime=0)
                 print(f"{label} {args.arm} seed {seed}: best {res.best.gflops() if res.best else 0:.1f} GFLOPS "
                       f"({time.time() - t0:.0f} s)", flush=True)
     finally:
@@ -124,9 +123,9 @@ def register_tiles(records, space) -> int:
 def report_arms(args, work: list[Path]) -> None:
     import numpy as np
 
-    import search_spaces
     from autotune import load_records, make_task
     from autotune.target import cpu_name, host_llvm_target
+    from autotune.templates import resolve, space_of
 
     arms, folder = {}, {}  # arm -> its label, and the work folder it ran in
     for w in work:
@@ -150,7 +149,7 @@ def report_arms(args, work: list[Path]) -> None:
         best = max(every)
         target = args.target * best
         easy = sum(g >= target for g in every) / len(every)
-        space = search_spaces.resolve(runs[next(iter(arms))][0][0].input.template).define_space(task)
+        space = space_of(resolve(runs[next(iter(arms))][0][0].input.template), task)
         for arm, by_seed in runs.items():
             curves = [curve(per_trial(rs, args.trials, scores[folder[arm]]), args.trials) for rs in by_seed]
             reach = [t for t in (trials_to_reach(c, target) for c in curves) if t is not None]

@@ -71,7 +71,7 @@ def tune_all(args, ms, builder, runner, times: Times) -> None:
             log = Path(args.work) / f"static-N{n}-K{k}" / f"{task.key}.jsonl"
             before, t0 = _count(log, task.key), time.perf_counter()
             tune(task, trials=args.static_trials, tuner=args.tuner, log=log, batch_size=args.batch_size,
-                 tuner_options={"transfer": []} if args.tuner == "xgb" else None, builder=builder, runner=runner)
+                 builder=builder, runner=runner)
             if _count(log, task.key) > before:
                 times.add(f"static {task.key}", time.perf_counter() - t0)
             print(f"static M={m} N={n} K={k}: {time.perf_counter() - t0:.0f} s", flush=True)

@@ -61,7 +61,7 @@ def main() -> None:
     import torch
 
     from autotune import build_best, load_records, make_task, tune
-    from autotune.ops import random_inputs
+    from autotune.operators import random_inputs
     from autotune.records import split_retimes
 
     torch.set_num_threads(args.threads)
@@ -71,8 +71,7 @@ def main() -> None:
         log = os.path.join(args.logs, f"{task.key}.jsonl")
         t0 = time.time()
         if not args.no_tune:
-            tune(task, trials=args.trials, tuner=args.tuner, log=log, tuner_options={"transfer": []}
-                 if args.tuner == "xgb" else None)
+            tune(task, trials=args.trials, tuner=args.tuner, log=log)
         tune_s = time.time() - t0
         trials = len(split_retimes(r for r in load_records(log) if r.task.key == task.key)[0])  # re-timings left out
         kernel = build_best(log, task)

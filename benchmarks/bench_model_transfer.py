@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 from _common import reexec_clean, report
 from bench_model import median_ms
 
-VARIANTS = {"cold": {"transfer": []}, "transfer": None}  # tune_model's tuner_options (None: default transfer)
+VARIANTS = {"cold": [], "transfer": None}  # tune_model's transfer logs (None: the default, the logs beside)
 WORK = "benchmarks/work/model_transfer"
 SHARES = (2 / 3, 5 / 6, 1.0)  # after every task's warm-up round (16 x tasks trials) at the default budget
 
@@ -68,11 +68,11 @@ def main() -> None:
         ref = model(*inputs).numpy()
     curves, builds, minutes = {}, {}, {}
     for seed in args.seeds:
-        for variant, options in VARIANTS.items():
+        for variant, transfer in VARIANTS.items():
             log = os.path.join(args.work, f"{args.model}-{variant}-s{seed}", "model.jsonl")
             os.makedirs(os.path.dirname(log), exist_ok=True)
             t0 = time.time()
-            tune_model(captured, trials=args.trials, log=log, tuner="xgb", seed=seed, tuner_options=options,
+            tune_model(captured, trials=args.trials, log=log, tuner="xgb", seed=seed, transfer=transfer,
                        progress=lambda msg: None)
             minutes[variant, seed] = (time.time() - t0) / 60
             curves[variant, seed] = kernel_time_curve(list(load_records(log)), weights, args.trials)

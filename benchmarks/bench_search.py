@@ -32,6 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _baselines import PREPACKED_TORCH
 from _common import reexec_clean, write_section
 
+from autotune.tuners.options import XGBOptions
+
 DEFAULT_WORK = "benchmarks/work/search"
 TASKS = {
     "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
@@ -43,10 +45,10 @@ OTHER_TASKS = {  # shapes outside the four, for A/B runs and kernel comparisons 
     "dense 128x768->1001": ("dense", "batch=128,in_features=768,out_features=1001"),  # N = 7 x 11 x 13: no 8 divides
 }
 METHODS = {  # name -> (tuner, tuner options, uses transfer)
-    "random": ("random", {}, False),
-    "xgb-loop": ("xgb", {"features": "loop"}, False),
-    "xgb-knob": ("xgb", {"features": "knob"}, False),
-    "xgb-transfer": ("xgb", {"features": "loop"}, True),
+    "random": ("random", None, False),
+    "xgb-loop": ("xgb", XGBOptions(features="loop"), False),
+    "xgb-knob": ("xgb", XGBOptions(features="knob"), False),
+    "xgb-transfer": ("xgb", XGBOptions(features="loop"), True),
 }
 MODEL_LOGS = "benchmarks/work/models"  # bench_model.py's logs
 RETIME_SHARE = 0.85  # configs first measured at this share of the best any run found or more are timed again
@@ -55,43 +57,6 @@ RETIME_MAX = 96  # at most this many contenders per task, the best first measure
 #                  hundreds of configs come within 85%: 804 for matmul on Zen 4, 20 minutes of re-timing each)
 RUN_TOP = 5  # each run's best first measurements are contenders too: a run made while the machine ran slow (its
 #              speed drifts by 20% within an hour) must not be scored by its first measurements alone
-
-
-class ReplayingRunner:
-    """Measures each config of a task once; later requests for it replay the recorded result."""
-
-    def __init__(self, runner, known):
-        self.runner, self.known, self.threads = runner, known, runner.threads
-
-    def run(self, inputs, builds):
-        todo = [k for k, inp in enumerate(inputs) if inp.config.index not in self.known]
-        fresh = self.runner.run([inputs[k] for k in todo], [builds[k] for k in todo]) if todo else []
-        for k, res in zip(todo, fresh):
-            self.known[inputs[k].config.index] = res
-        return [self.known[inp.config.index] for inp in inputs]
-
-    def device(self, target_kind):
-        return self.runner.device(target_kind)
-
-    def close(self):
-        pass
-
-
-class ReplayingBuilder:
-    """Skips builds of configs whose result will be replayed."""
-
-    def __init__(self, builder, known):
-        self.builder, self.known = builder, known
-
-    def build(self, inputs):
-        from autotune.measure_types import BuildResult
-
-        todo = [k for k, inp in enumerate(inputs) if inp.config.index not in self.known]
-        built = dict(zip(todo, self.builder.build([inputs[k] for k in todo]))) if todo else {}
-        return [built.get(k, BuildResult("replayed", None, "", 0.0)) for k in range(len(inputs))]
-
-    def close(self):
-        pass
 
 
 def first_measurements(tdir: Path) -> dict:
@@ -133,8 +98,8 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner, fres
     """
     import numpy as np
 
-    from autotune.records import LogWriter, Record
-    from autotune.version import versions
+    from autotune.database import TuningDatabase
+    from autotune.session import Measurer
 
     def gflops_of(res) -> float:
         return task.flops / res.mean_s / 1e9 if res.ok else 0.0
@@ -155,13 +120,15 @@ def retime_contenders(task, runs, known: dict, tdir: Path, builder, runner, fres
         print(f"{task}: timing {len(todo)} contenders {RETIMES} more times", flush=True)
         built = dict(zip(todo, builder.build([inputs[i].input for i in todo])))
         rng = np.random.default_rng(0)
-        with LogWriter(log) as w:
+        measurer = Measurer(builder, runner)
+        with TuningDatabase(log=log) as db:
             for _ in range(RETIMES):
                 due = [i for i in todo if len(timings.get(i, [])) < RETIMES]
                 due = [due[k] for k in rng.permutation(len(due))]
-                for i, res in zip(due, runner.run([inputs[i].input for i in due], [built[i] for i in due])):
-                    rec = inputs[i]
-                    w.write(Record(rec.input, res, rec.template_version, runner.threads, versions()))
+                results = runner.run([inputs[i].input for i in due], [built[i] for i in due])
+                version = inputs[todo[0]].template_version  # one version per task folder (first_measurements)
+                db.commit(measurer.records([inputs[i].input for i in due], results, version, "warm"))
+                for i, res in zip(due, results):
                     timings.setdefault(i, []).append(gflops_of(res))
     # a config re-timed once (a contender of this invocation or an earlier one) keeps its re-timings' median:
     # its score must not fall back to its first measurement when later runs push it out of the contenders
@@ -290,6 +257,7 @@ def run_curves(args, work: Path):
     With --interleave, all runs of a task step in turn, one batch each (`in_turns`); else one run after another."""
     from autotune import make_task, tune
     from autotune.measure import LocalBuilder, LocalRunner
+    from autotune.measure.replay import ReplayBuilder, ReplayRunner, config_index
 
     builder, runner = LocalBuilder(), LocalRunner()
     tasks = {label: make_task(*TASKS[label]) for label in args.tasks}
@@ -306,15 +274,13 @@ def run_curves(args, work: Path):
         task, tdir = tasks[label], work / tasks[label].key
 
         def run(wrap=lambda r: r):
-            opts = dict(options)
-            if tuner == "xgb":
-                if transfer and label not in pretraining:
-                    pretraining[label] = transfer_records(transfer_work, task, Path(args.model_logs))
-                opts["transfer"] = pretraining[label] if transfer else []
+            if transfer and label not in pretraining:
+                pretraining[label] = transfer_records(transfer_work, task, Path(args.model_logs))
             t0 = time.time()
             res = tune(task, trials=budget(args, method), tuner=tuner, log=tdir / f"{method}-s{seed}.jsonl",
-                       seed=seed, tuner_options=opts, builder=ReplayingBuilder(builder, known[label]),
-                       runner=wrap(ReplayingRunner(runner, known[label])), retime=0)
+                       seed=seed, tuner_options=options, transfer=pretraining[label] if transfer else (),
+                       builder=ReplayBuilder(known[label], builder, config_index),
+                       runner=wrap(ReplayRunner(known[label], runner, config_index)), retime=0)
             print(f"{label:22s} {method:13s} seed {seed}: best {res.best.gflops() if res.best else 0:6.1f} "
                   f"GFLOPS, first measurements ({time.time() - t0:.0f} s)", flush=True)
             return res.records[: budget(args, method)]
@@ -573,8 +539,8 @@ def extraction_speed(labels, n: int = 192) -> list[str]:
     features), from a cold cache, on `n` random configs of each task; the apply of the template included."""
     import numpy as np
 
-    import search_spaces
     from autotune import make_task
+    from autotune.templates import default_template, space_of
     from cost_models.feature_pool import FeaturePool
     from cost_models.features import FeatureCache, extract, prepare_loop_features
 
@@ -585,8 +551,8 @@ def extraction_speed(labels, n: int = 192) -> list[str]:
     with FeaturePool(workers=2) as pool:
         for label in labels:
             task = make_task(*TASKS[label])
-            template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
-            space = template.define_space(task)
+            template = default_template(task)
+            space = space_of(template, task)
             idx = space.sample(np.random.default_rng(0), n)
             rate = {}
             for name, kind, p in (("loop", "loop", None), ("pool", "loop", pool), ("knob", "knob", None)):
@@ -674,8 +640,8 @@ def time_quality_kernels(args, work: Path, label: str, task, seed: int = 0) -> d
 
     from _baselines import isolated_best_of, metaschedule_kernel
     from autotune import build_best, tune
-    from autotune.measure_worker import INPUT_SEED
-    from autotune.ops import random_inputs
+    from autotune.measure.worker import INPUT_SEED
+    from autotune.operators import random_inputs
 
     log = work / task.key / "quality" / f"xgb-{args.quality_trials}{_seed_suffix(seed)}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -684,7 +650,7 @@ def time_quality_kernels(args, work: Path, label: str, task, seed: int = 0) -> d
         if not start.exists():
             raise SystemExit(f"--quality-start: no log {start}")
         shutil.copyfile(start, log)  # the quality run continues that run (resume retrains the model from it)
-    tune(task, trials=args.quality_trials, tuner="xgb", log=log, seed=seed, tuner_options={"transfer": []})
+    tune(task, trials=args.quality_trials, tuner="xgb", log=log, seed=seed)
     weight = task.op in PREPACKED_TORCH  # a layer's weight: every library may pack it once, ahead of the calls
     ms_dir = work / task.key / f"ms-{args.ms_trials}{'-pre' * weight}{_seed_suffix(seed)}"
     ms = metaschedule_kernel(task, args.ms_trials, str(ms_dir), seed=seed, layout_free=(1,) if weight else ())

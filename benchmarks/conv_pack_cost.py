@@ -32,21 +32,21 @@ def main() -> None:
 
     import tvm
 
-    import search_spaces
     from autotune import make_task
     from autotune.kernel import compile_config
     from autotune.model.default_schedule import heuristic_configs
-    from autotune.ops import random_inputs
+    from autotune.operators import random_inputs
     from autotune.target import to_tvm_target
+    from autotune.templates import default_template
 
     given = dict(kv.split("=") for kv in args.shape.split(","))
     c, h = int(given["C"]), int(given["H"])
     shape = {"N": 1, "C": c, "H": h, "W": h, "R": 3, "S": 3, "padding": 1, **({"K": c} if args.op == "conv2d" else {})}
     task = make_task(args.op, shape)
-    tmpl = search_spaces.resolve(search_spaces.default_template_ref(args.op, "llvm"))
+    tmpl = default_template(task)
     index = args.config
     if index is None:
-        index = next(cfg.index for cfg in heuristic_configs(tmpl.define_space(task), task) if tmpl.relayouts(task, cfg))
+        index = next(cfg.index for cfg in heuristic_configs(tmpl, task) if tmpl.relayouts(task, cfg))
     prepacked = compile_config(task, index)
     if not tmpl.relayouts(task, prepacked.config):
         raise SystemExit(f"config {index} is of the direct variant: it reads the weight in place")

@@ -27,13 +27,13 @@ from bench_search import TASKS, config_rows, search_records
 
 def random_configs(work: Path, label: str):
     """(task, space, config indices, loop rows, throughputs) of the configs random search measured."""
-    import search_spaces
     from autotune import make_task
+    from autotune.templates import resolve, space_of
 
     task = make_task(*TASKS[label])
     _, drawn = search_records(work, task)
     data, indices = config_rows(drawn)
-    space = search_spaces.resolve(drawn[0].input.template).define_space(task)
+    space = space_of(resolve(drawn[0].input.template), task)
     return task, space, indices, data.X, data.y
 
 
@@ -41,7 +41,8 @@ def first_batches(space, indices, scores, y, draws: int, rng):
     """Best of the prior's first batch and of a random one, relative to max(y), over `draws` replays."""
     import numpy as np
 
-    from autotune.tuners.xgb import COLD_BATCH, COLD_POOL, pick_batch
+    from autotune.tuners.batch import pick_batch
+    from autotune.tuners.xgb import COLD_BATCH, COLD_POOL
 
     where = {i: k for k, i in enumerate(indices)}
     prior, blind = [], []

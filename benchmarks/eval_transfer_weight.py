@@ -43,10 +43,10 @@ def main() -> None:
                     help="the arms: weights of the transfer pool, or (own records only) loop vs knob features")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    import search_spaces
     from autotune import load_records, make_task
-    from autotune.tuners.xgb import training_rows
-    from cost_models.dataset import records_dataset, task_space, throughput
+    from autotune.templates import default_template, space_of
+    from autotune.tuners.model_fit import training_rows
+    from cost_models.dataset import records_dataset, throughput
     from cost_models.features import FeatureCache, extract
     from cost_models.xgb_model import XGBCostModel, rank_correlation
 
@@ -58,10 +58,10 @@ def main() -> None:
         tdir = work / task.key
         pool = (records_dataset(transfer_records(work, task, Path(args.model_logs)), "loop", 512, 0, cache)
                 if args.compare == "halflife" else None)
-        template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
+        template = default_template(task)
         first = first_measurements(tdir)
         every = sorted(first)
-        space = task_space(task, template)
+        space = space_of(template, task)
         X_all = extract(task, template, space, every, "loop", cache)
         K_all = extract(task, template, space, every, "knob", cache) if args.compare == "features" else None
         y_all = np.array([throughput(first[i]) for i in every])

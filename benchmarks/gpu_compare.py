@@ -61,7 +61,7 @@ def torch_time(task, arrays, tf32: bool) -> float:
     if not tf32:
         check(task, fn().cpu().numpy(), arrays)
     if not cuda:  # --target llvm: a dry run of this script on a machine without a GPU
-        from autotune.timing import time_calls
+        from autotune.measure.timing import time_calls
 
         return median(time_calls(fn))
     for _ in range(10):
@@ -87,9 +87,9 @@ def checked_time(kernel, arrays) -> float:
 def best_within(first, task, trials: int):
     """Our best kernel among the first `trials` measured configs (`first`: the log's trials, in order), compiled."""
     from autotune.kernel import compile_config
-    from autotune.records import best_record
+    from autotune.database import TuningDatabase
 
-    best = best_record(first[:trials])
+    best = TuningDatabase(first[:trials]).best(task)
     return compile_config(task, best.input.config.index, best.input.template)
 
 
@@ -98,10 +98,11 @@ def with_knob_flipped(task, kernel, knob: str):
     space has no such knob or the flipped config breaks a GPU limit (e.g. double-buffered tiles too large)."""
     from autotune.gpu_limits import check_config
     from autotune.kernel import compile_config
+    from autotune.templates import space_of
 
     if knob not in kernel.config.knobs:
         return None
-    space = kernel.template.define_space(task)
+    space = space_of(kernel.template, task)
     flipped = space.get(space.index_of_values({**kernel.config.knobs, knob: not kernel.config[knob]}))
     if check_config(task, kernel.template, flipped) is not None:
         return None
@@ -113,13 +114,13 @@ def choose_compile_mode(task) -> str:
     that works is left in TVM_CUDA_COMPILE_MODE for the build workers started later."""
     import os
 
-    import search_spaces
     from autotune.gpu_limits import check_config
     from autotune.kernel import compile_config
-    from autotune.ops import random_inputs
+    from autotune.operators import random_inputs
+    from autotune.templates import default_template, space_of
 
-    template = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
-    space = template.define_space(task)
+    template = default_template(task)
+    space = space_of(template, task)
     index = next(i for i in range(len(space)) if check_config(task, template, space.get(i)) is None)
     arrays = random_inputs(task.opdef, task.shape, "float32", seed=2)
     for mode in ("nvrtc", "nvcc"):
@@ -147,8 +148,7 @@ def tune_for(task, log: Path, trials: int, budget_s: float, tuner: str):
 
     try:
         tune(task, trials=trials, tuner=tuner, log=log, batch_size=16, progress=stop_when_late,
-             runner_options=RunnerOptions(min_repeat_ms=40),  # a GPU kernel: 40 ms is hundreds of calls
-             tuner_options={"transfer": []} if tuner == "xgb" else None)
+             runner_options=RunnerOptions(min_repeat_ms=40))  # a GPU kernel: 40 ms is hundreds of calls
         return False, time.time() - t0
     except OutOfTime:
         return True, time.time() - t0
@@ -179,9 +179,9 @@ def main() -> None:
     import tvm
 
     from autotune import make_task
-    from autotune.ops import random_inputs
+    from autotune.operators import random_inputs
     from autotune.records import load_records, split_retimes
-    from autotune.timing import time_kernel
+    from autotune.measure.timing import time_kernel
 
     cuda = args.target == "cuda"
     if cuda and not tvm.cuda(0).exist:

@@ -35,16 +35,16 @@ RULES = {  # name -> (knob_weight, min_distance, random picks per batch)
 
 def task_pool(work: Path, label: str):
     """Logged configs of a task: indices, GFLOPS, loop-feature rows, which ones random search drew, the space."""
-    import search_spaces
     from autotune import load_records, make_task
+    from autotune.templates import resolve, space_of
     from cost_models.features import extract
 
     task = make_task(*TASKS[label])
     tdir = work / task.key
     known = first_measurements(tdir)
     ref = next(r.input.template for r in load_records(min(tdir.glob("random-*.jsonl"))))
-    template = search_spaces.resolve(ref)
-    space = template.define_space(task)
+    template = resolve(ref)
+    space = space_of(template, task)
     drawn = {r.input.config.index for p in tdir.glob("random-*.jsonl") for r in load_records(p)}
     idx = np.array(sorted(known))
     gflops = np.array([task.flops / known[i].mean_s / 1e9 if known[i].ok else 0.0 for i in idx])
@@ -55,7 +55,7 @@ def task_pool(work: Path, label: str):
 
 def replay(pool, rule, seed: int, trials: int = 64, batch: int = 8) -> list[float]:
     """GFLOPS of each simulated trial."""
-    from autotune.tuners.xgb import pick_batch
+    from autotune.tuners.batch import pick_batch
     from cost_models.xgb_model import XGBCostModel
 
     idx, y, X, drawn, space = pool

@@ -1,10 +1,15 @@
-"""Learned cost models: features of candidate configs, an XGBoost model, training from tuning logs."""
+"""Learned cost models: features of candidate configs, the models (XGBoost, least squares) by kind, training from
+tuning logs."""
 
+from .base import CostModel, relative_throughput
 from .dataset import Dataset, records_dataset, throughput, train_from_records
 from .features import DEFAULT_CACHE, KINDS, LOOP_DIM, FeatureCache, extract, feature_dim, valid_rows
-from .xgb_model import XGBCostModel, rank_correlation, relative_throughput
+from .linear import LinearCostModel
+from .registry import COST_MODELS, cost_model_class
+from .xgb_model import XGBCostModel, rank_correlation
 
 __all__ = [
-    "DEFAULT_CACHE", "KINDS", "LOOP_DIM", "Dataset", "FeatureCache", "XGBCostModel", "extract", "feature_dim",
-    "rank_correlation", "records_dataset", "relative_throughput", "throughput", "train_from_records", "valid_rows",
+    "COST_MODELS", "DEFAULT_CACHE", "KINDS", "LOOP_DIM", "CostModel", "Dataset", "FeatureCache", "LinearCostModel",
+    "XGBCostModel", "cost_model_class", "extract", "feature_dim", "rank_correlation", "records_dataset",
+    "relative_throughput", "throughput", "train_from_records", "valid_rows",
 ]

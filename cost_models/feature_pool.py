@@ -6,17 +6,15 @@ import multiprocessing
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import TYPE_CHECKING, Self
+from typing import Self
 
 import numpy as np
 
 from autotune.space import Config
 from autotune.task import Task
+from autotune.templates import Template
 
 from .features import loop_rows, prepare_loop_features
-
-if TYPE_CHECKING:
-    from search_spaces.base import Template
 
 
 def _warm_up() -> None:

@@ -12,20 +12,16 @@ A config whose template `apply` raises gets a row of NaN (`valid_rows` tells the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from autotune.space import Config, ConfigSpace
 from autotune.target import host_cores
 from autotune.task import Task
+from autotune.templates import Template, prim_func
 
 from .loop_levels import LEVEL_DIM, level_features
-
-if TYPE_CHECKING:
-    from search_spaces.base import Template
-
-    from .feature_pool import FeaturePool
 
 KINDS = ("loop", "knob")
 N_STORE_FEATURES = 164  # PerStoreFeature with its defaults (buffers_per_store=5, 10 curve samples)
@@ -34,6 +30,12 @@ LOOP_DIM = POOLED_DIM + LEVEL_DIM
 _FLOAT_OPS = slice(0, 7)  # float_mad .. float_other_func
 _OUTER_PROD = 161  # product of the loop extents around the store
 EXTRACT_THREADS = min(2, host_cores())  # C++ extraction threads (at most 2: template apply holds the GIL)
+
+
+class RowSource(Protocol):
+    """What computes loop rows of many configs elsewhere (`feature_pool.FeaturePool`: in worker processes)."""
+
+    def rows(self, task: Task, template: Template, configs: Sequence[Config]) -> list[np.ndarray]: ...
 
 
 class FeatureCache:
@@ -97,8 +99,6 @@ class _LoopFeaturizer:
             import tvm
             from tvm.s_tir.meta_schedule import _ffi_api
             from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
-
-            from search_spaces.base import prim_func
 
             mod = tvm.IRModule({"main": prim_func(task)})
             # TuneContext.__init__ imports tvm.s_tir.tensor_intrin (15 s); features only need mod + target.
@@ -169,7 +169,7 @@ def feature_dim(kind: str, space: ConfigSpace | None = None) -> int:
 
 
 def extract(task: Task, template: Template, space: ConfigSpace, indices: Sequence[int], kind: str = "loop",
-            cache: FeatureCache | None = None, pool: FeaturePool | None = None) -> np.ndarray:
+            cache: FeatureCache | None = None, pool: RowSource | None = None) -> np.ndarray:
     """Feature matrix [len(indices), d] (float32); rows already in `cache` are not recomputed.
 
     `pool` (loop features only) computes large batches of missing rows in worker processes.

@@ -8,24 +8,14 @@ from typing import Any
 
 import numpy as np
 
-OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
+from .base import OBJECTIVES, masked_predict, relative_throughput
+
+XGB_OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}  # one for each of OBJECTIVES
 FILE_FORMAT = "autotune-xgb-cost-model"
 FILE_VERSION = 6  # 2: loop-feature totals are per FLOP of the task; 3: + per-loop-level features; 4: + reuse curve;
 #                  5: + register tile; 6: a list of boosters (`bag`)
 READS_VERSIONS = (5, 6)  # same features: a version-5 file is a bag of one
 SMALL_FIT_ROWS = 4096
-
-
-def relative_throughput(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Throughput divided by its group's best (min_cost / cost), so tasks of any speed train together; 0 stays 0."""
-    y = np.asarray(y, dtype=np.float64)
-    out = np.zeros_like(y)
-    for g in np.unique(groups):
-        mask = groups == g
-        best = y[mask].max()
-        if best > 0:
-            out[mask] = y[mask] / best
-    return out
 
 
 def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
@@ -75,7 +65,7 @@ class XGBCostModel:
     def _xgb_params(self) -> dict[str, Any]:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
-        params = {"objective": OBJECTIVES[self.objective], "max_depth": self.max_depth, "eta": self.eta,
+        params = {"objective": XGB_OBJECTIVES[self.objective], "max_depth": self.max_depth, "eta": self.eta,
                   "min_child_weight": self.min_child_weight, "subsample": self.subsample,
                   "colsample_bytree": self.colsample_bytree, "tree_method": "hist", "seed": self.seed,
                   "nthread": min(self.nthread, 2), "verbosity": 0}
@@ -83,9 +73,17 @@ class XGBCostModel:
             params.update(lambdarank_pair_method="mean", lambdarank_num_pair_per_sample=self.pairs_per_sample)
         return params
 
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, weight: np.ndarray | None = None,
+    @classmethod
+    def for_tuning(cls, features: str, objective: str, n_rounds: int, seed: int,
+                   like: XGBCostModel | None = None) -> XGBCostModel:
+        """An unfitted model of `n_rounds` trees; a loaded bag of boosters (`like`) stays one (each booster
+        continues on the search's data)."""
+        shape = {k: getattr(like, k) for k in ("bag", "subsample", "colsample_bytree")} if like is not None else {}
+        return cls(objective=objective, features=features, n_rounds=n_rounds, seed=seed, **shape)
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, weights: np.ndarray | None = None,
             init_model: XGBCostModel | None = None) -> XGBCostModel:
-        """Train on rows with finite features; `weight` is per row (for "rank", a group takes its first row's).
+        """Train on rows with finite features; `weights` is per row (for "rank", a group takes its first row's).
 
         `init_model`, a fitted model, is continued from (its trees are kept, new ones are added): booster m of
         the bag continues booster m (modulo its bag's size).
@@ -95,7 +93,7 @@ class XGBCostModel:
         X = np.asarray(X, dtype=np.float32)
         groups = np.asarray(groups)
         y = relative_throughput(y, groups)
-        weight = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+        weight = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
         keep = np.isfinite(X).all(axis=1)
         X, y, groups, weight = X[keep], y[keep], groups[keep], weight[keep]
         if len(y) == 0:
@@ -132,15 +130,9 @@ class XGBCostModel:
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Scores (higher is faster); -inf for rows with non-finite features (configs the template rejects)."""
-        X = np.asarray(X, dtype=np.float32)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"expected rows of {self.n_features_in_} features, got shape {X.shape}")
-        out = np.full(len(X), -np.inf)
-        keep = np.isfinite(X).all(axis=1)
-        if keep.any():
-            # no DMatrix: cheap for the small batches of a search
-            out[keep] = np.mean([b.inplace_predict(X[keep]) for b in self.boosters_], axis=0)
-        return out
+        # no DMatrix: cheap for the small batches of a search
+        return masked_predict(X, self.n_features_in_, np.float32,
+                              lambda rows: np.mean([b.inplace_predict(rows) for b in self.boosters_], axis=0))
 
     @property
     def fitted(self) -> bool:

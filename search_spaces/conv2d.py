@@ -17,10 +17,13 @@ so a vector of output channels never spans two groups (their input channels diff
 
 from __future__ import annotations
 
+from typing import Any
+
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
+from autotune.templates import PREPACK, Relayout, Template, prim_func
 
-from .base import PREPACK, Relayout, Template, conv_groups, output_shape, prim_func
+from .base import conv_groups, output_shape
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -95,6 +98,13 @@ def apply(task: Task, cfg: Config):
     return sch
 
 
+def preferences(task: Task) -> dict[str, Any]:
+    """The config an untuned build prefers (`Template.preferences`): the packed variant, register tiles of 8
+    columns x one vector of output channels (8 accumulators on AVX-512), the padding run first."""
+    return {"vec_axis": "k", "tile_k": (vector_lanes(task), 2), "tile_y": (1,), "tile_x": (8, 1), "tile_c": (32,),
+            "c0_outer": True, "reduction_order": "c1_r_s", "pad": "root", "auto_unroll": 16}
+
+
 def _weight_map(kb: int):
     """Weight [K, C, R, S] index -> its index in [K/kb, C, R, S, kb] (an output-channel block contiguous)."""
     return lambda k, c, r, s: (k // kb, c, r, s, k % kb)
@@ -131,5 +141,6 @@ def _parallel_outer_loops(sch, block, count: int) -> None:
     parallel_fused(sch, sch.get_loops(block)[:count])
 
 
-CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", define_space, apply, relayouts)
-GROUP_CONV2D_CPU = Template("group_conv2d_cpu", "group_conv2d", "llvm", define_space, apply, relayouts)
+CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", define_space, apply, relayouts, preferences=preferences)
+GROUP_CONV2D_CPU = Template("group_conv2d_cpu", "group_conv2d", "llvm", define_space, apply, relayouts,
+                            preferences=preferences)

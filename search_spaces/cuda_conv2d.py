@@ -13,11 +13,14 @@ a block stages only its group's input channels.
 
 from __future__ import annotations
 
+from typing import Any
+
 from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
 from autotune.space import Config, ConfigSpace
 from autotune.task import Task
+from autotune.templates import Template, prim_func
 
-from .base import Template, conv_groups, output_shape, prim_func
+from .base import conv_groups, output_shape
 from .cuda_common import (
     FLOAT_BYTES,
     accumulate_locally,
@@ -105,5 +108,14 @@ def kernel_resources(task: Task, cfg: Config) -> KernelResources:
         vthreads=tk[1] * ty[1] * tx[1])
 
 
-CONV2D_CUDA = Template("conv2d_cuda", "conv2d", "cuda", define_space, apply)
-GROUP_CONV2D_CUDA = Template("group_conv2d_cuda", "group_conv2d", "cuda", define_space, apply)
+def preferences(task: Task) -> dict[str, Any]:
+    """The config an untuned build prefers (`Template.preferences`): 8 x 2 x 8 threads of 4 x 1 x 2 outputs
+    (channels x rows x columns), 8 input channels and the whole 3 x 3 kernel staged per step."""
+    return {"tile_k": (4, 8, 1), "tile_y": (1, 2, 1), "tile_x": (2, 8, 1), "tile_c": (8,), "tile_r": (3,),
+            "tile_s": (3,), "auto_unroll": 512, "unroll_explicit": True}
+
+
+CONV2D_CUDA = Template("conv2d_cuda", "conv2d", "cuda", define_space, apply, preferences=preferences,
+                       kernel_resources=kernel_resources)
+GROUP_CONV2D_CUDA = Template("group_conv2d_cuda", "group_conv2d", "cuda", define_space, apply,
+                             preferences=preferences, kernel_resources=kernel_resources)

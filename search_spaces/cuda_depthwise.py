@@ -11,11 +11,14 @@ L1), with the padding inlined into the convolution.
 
 from __future__ import annotations
 
+from typing import Any
+
 from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
+from autotune.templates import Template, prim_func
 
-from .base import Template, output_shape, prim_func
+from .base import output_shape
 from .cuda_common import (
     FLOAT_BYTES,
     accumulate_locally,
@@ -88,4 +91,12 @@ def kernel_resources(task: Task, cfg: Config) -> KernelResources:
         vthreads=tc[1] * ty[1] * tx[1])
 
 
-DEPTHWISE_CUDA = Template("depthwise_conv2d_cuda", "depthwise_conv2d", "cuda", define_space, apply)
+def preferences(task: Task) -> dict[str, Any]:
+    """The config an untuned build prefers (`Template.preferences`): 4 x 4 x 8 threads (channels x rows x
+    columns), 2 x 2 outputs (rows x columns) each, the input window staged in shared memory."""
+    return {"tile_c": (1, 4, 1), "tile_y": (2, 4, 1), "tile_x": (2, 8, 1), "fetch": "shared", "auto_unroll": 512,
+            "unroll_explicit": True}
+
+
+DEPTHWISE_CUDA = Template("depthwise_conv2d_cuda", "depthwise_conv2d", "cuda", define_space, apply,
+                          preferences=preferences, kernel_resources=kernel_resources)

@@ -13,12 +13,14 @@ tiles over 48 KiB go to dynamic shared memory ("shared.dyn"), up to the arch's o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.gpu_limits import REGISTER_OVERHEAD, STATIC_SHARED_BYTES, KernelResources
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
+from autotune.templates import Template
 
-from .base import Template, gemm_schedule
+from .base import gemm_schedule
 from .cuda_common import (
     FLOAT_BYTES,
     accumulate_locally,
@@ -122,10 +124,20 @@ def gemm_apply(task: Task, cfg: Config):
 
 
 def kernel_resources(task: Task, cfg: Config) -> KernelResources:
-    """What a config of a GEMM-family task asks of the GPU (read by gpu_limits.check_config)."""
+    """What a config of a GEMM-family task asks of the GPU (`Template.kernel_resources`)."""
     return gemm_resources(_GEMMS[task.op], task, cfg)
 
 
-MATMUL_CUDA = Template("matmul_cuda", "matmul", "cuda", gemm_space, gemm_apply)
-DENSE_CUDA = Template("dense_cuda", "dense", "cuda", gemm_space, gemm_apply)
-BATCH_MATMUL_CUDA = Template("batch_matmul_cuda", "batch_matmul", "cuda", gemm_space, gemm_apply)
+def preferences(task: Task) -> dict[str, Any]:
+    """The config an untuned build prefers (`Template.preferences`): 16 x 16 threads of 4 x 4 outputs, shared
+    tiles 16 deep, float4 fetches."""
+    return {"tile_i": (4, 16, 1), "tile_j": (4, 16, 1), "tile_k": (4, 4), "fetch_vec": 4, "double_buffer": False,
+            "auto_unroll": 512, "unroll_explicit": True}
+
+
+MATMUL_CUDA = Template("matmul_cuda", "matmul", "cuda", gemm_space, gemm_apply, preferences=preferences,
+                       kernel_resources=kernel_resources)
+DENSE_CUDA = Template("dense_cuda", "dense", "cuda", gemm_space, gemm_apply, preferences=preferences,
+                      kernel_resources=kernel_resources)
+BATCH_MATMUL_CUDA = Template("batch_matmul_cuda", "batch_matmul", "cuda", gemm_space, gemm_apply,
+                             preferences=preferences, kernel_resources=kernel_resources)

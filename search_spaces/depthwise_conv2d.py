@@ -14,10 +14,11 @@ the direct variant, inlined into the convolution ("inline").
 
 from __future__ import annotations
 
+from typing import Any
+
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
-
-from .base import PREPACK, Relayout, Template, prim_func
+from autotune.templates import PREPACK, Relayout, Template, prim_func
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -95,6 +96,13 @@ def _place_input(sch, blk, task: Task, where: str, cb: int, outer) -> None:
     vectorize_inner(sch, producer, VECTOR_LANES)
 
 
+def preferences(task: Task) -> dict[str, Any]:
+    """The config an untuned build prefers (`Template.preferences`): the packed variant, register tiles of 8
+    columns x one vector of channels, the input padded per parallel tile."""
+    return {"vec_axis": "c", "tile_c": (vector_lanes(task),), "tile_y": (1,), "tile_x": (8,), "input_at": "tile",
+            "auto_unroll": 64}
+
+
 def _weight_map(cb: int):
     """Weight [C, 1, R, S] index -> its index in [C/cb, R, S, 1, cb] (a channel block contiguous)."""
     return lambda b, one, h, w: (b // cb, h, w, one, b % cb)
@@ -116,4 +124,5 @@ def _pack_weight(sch, blk, cb: int) -> None:
     sch.parallel(co)
 
 
-DEPTHWISE_CPU = Template("depthwise_conv2d_cpu", "depthwise_conv2d", "llvm", define_space, apply, relayouts)
+DEPTHWISE_CPU = Template("depthwise_conv2d_cpu", "depthwise_conv2d", "llvm", define_space, apply, relayouts,
+                         preferences=preferences)

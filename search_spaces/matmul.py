@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
+from autotune.templates import PREPACK, Relayout, Template
 
-from .base import Relayout, Template
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -190,11 +191,84 @@ def _packed_index_map(gemm: Gemm, jb: int):
     return lambda kk, jj: (jj // jb, kk, jj % jb)
 
 
+def from_task_func(sch, block, task: Task, cfg: Config) -> dict[str, Any]:
+    """Make, in `sch`, the function `apply_gemm` schedules for `cfg` out of the task's own PrimFunc (or out of TVM's
+    PrimFunc of the operator, the same loops under other names), so that the trace of `apply_gemm` runs after it:
+    a MetaSchedule database holds traces that start from such a function (`autotune.model.export_db`).
+    `block`: the GEMM block (C = A B, B read as [.., K, N], or as dense's W [N, K]).
+
+    Returns the blocks that play the parts of `_gemm_func`'s blocks the trace looks up by name ("C_acc", "C", and
+    "B_pack" or "B_pad"). Padding comes from `pad_einsum`: rows past M read zeros through a bounds check where
+    `_gemm_func` reads A's last row again. A weight the kernel takes packed ahead ("pre") is packed by a block of
+    the function: a plain copy marked PREPACK, which TVM's layout rewrite moves out of the kernel; when N is padded
+    the copy writes zeros too, which that rewrite cannot move, so it packs in the kernel (parallel, vectorised).
+    """
+    gemm = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}[task.op]
+    p = task.shape
+    rows, cols, jb = math.prod(cfg["tile_i"]), math.prod(cfg["tile_j"]), cfg["tile_j"][-1]
+    pad_rows, pad_cols = int(rows != p[gemm.m]), int(cols != p[gemm.n])
+    transposed = _reads_w(sch, block)
+    layout = _packed_index_map(replace(gemm, b_transposed=transposed), jb)
+    parts: dict[str, Any] = {"C_acc": block}
+    copy = None  # the padded copy of B
+    if pad_rows or pad_cols:
+        sch.pad_einsum(block, [*([p[gemm.batch]] if gemm.batch else []), rows, cols, p[gemm.k]])
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        at = [sch.get(b).name_hint for b in blocks].index(sch.get(block).name_hint)
+        pads = blocks[at - pad_rows - pad_cols:at]  # A's, then B's
+        parts["C"] = blocks[at + 1]
+        if pad_rows:
+            sch.compute_inline(pads[0])
+        if pad_cols:
+            copy = pads[-1]
+    else:
+        parts["C"] = sch.cache_write(block, 0, "global")
+    source = _b_source(gemm, task, cfg)
+    if source == "pad":
+        parts["B_pad"] = copy
+    elif source == "pack" or (source == "pre" and copy is not None):
+        copy = sch.cache_read(block, 1, "global") if copy is None else copy
+        sch.transform_layout(copy, ("write", 0), layout)
+        sch.transform_block_layout(copy, layout)
+        if source == "pack":
+            parts["B_pack"] = copy
+        else:  # as the "root" packing
+            parallel_fused(sch, sch.get_loops(copy)[:1])
+            vectorize_inner(sch, copy, jb)
+    elif source == "pre":  # a plain copy, in B's order (the layout rewrite takes its indices from it)
+        copy = sch.cache_read(block, 1, "global")
+        sch.transform_layout(copy, ("write", 0), layout)
+        sch.annotate(copy, PREPACK, 1)
+        *_, first, second = sch.get_loops(copy)
+        j, k = (first, second) if transposed else (second, first)
+        jo, ji = split(sch, j, (int(sch.get(j).extent) // jb, jb))
+        sch.reorder(jo, k, ji)
+        sch.parallel(jo)
+        vectorize_loop(sch, ji)
+    return parts
+
+
+def _reads_w(sch, block) -> bool:
+    """Whether a GEMM block reads its second operand as [N, K] (dense's W) rather than as [.., K, N]."""
+    blk = sch.get(block)
+    return blk.reads[1].region[-2].min.same_as(blk.iter_vars[-2].var)
+
+
 def gemm_relayouts(gemm: Gemm, cfg: Config) -> tuple[Relayout, ...]:
     """Operand 1 arrives packed (zero-padded to whole tiles) when the config says "pre"."""
     if cfg["pack_b"] != "pre":
         return ()
     return (Relayout(1, _packed_index_map(gemm, cfg["tile_j"][-1])),)
+
+
+def gemm_preferences(gemm: Gemm, task: Task) -> dict[str, Any]:
+    """The config an untuned build prefers (`Template.preferences`). Register tiles of 8 accumulators on AVX-512
+    (4 rows x 2 vectors); on narrower vectors rows of 3 vectors (AVX2: 4 x 3 = 12 accumulators of its 16
+    registers, as the best configs tuned on an AVX2 CPU are; the AVX-512 tiles spill there). B is packed per tile
+    only with enough rows to repay the pass over it."""
+    lanes = vector_lanes(task)
+    return {"tile_i": (4, 4), "tile_j": (32, 2) if lanes >= VECTOR_LANES else (3 * lanes,), "tile_k": (256,),
+            "mid_order": "ij", "pack_b": "tile" if task.shape[gemm.m] >= 16 else "none", "auto_unroll": 64}
 
 
 def matmul_space(task: Task) -> ConfigSpace:
@@ -207,6 +281,11 @@ def matmul_apply(task: Task, cfg: Config):
     return apply_gemm(MATMUL, task, cfg)
 
 
+def matmul_preferences(task: Task) -> dict[str, Any]:
+    """Untuned matmul config."""
+    return gemm_preferences(MATMUL, task)
+
+
 def matmul_ukernel_space(task: Task) -> ConfigSpace:
     """Space of the matmul uKernel template (B read in place)."""
     return define_gemm_space(MATMUL_UKERNEL, task)
@@ -215,6 +294,11 @@ def matmul_ukernel_space(task: Task) -> ConfigSpace:
 def matmul_ukernel_apply(task: Task, cfg: Config):
     """Schedule of one matmul uKernel config."""
     return apply_gemm(MATMUL_UKERNEL, task, cfg)
+
+
+def matmul_ukernel_preferences(task: Task) -> dict[str, Any]:
+    """Untuned matmul uKernel config."""
+    return gemm_preferences(MATMUL_UKERNEL, task)
 
 
 def dense_space(task: Task) -> ConfigSpace:
@@ -232,6 +316,11 @@ def dense_relayouts(task: Task, cfg: Config) -> tuple[Relayout, ...]:
     return gemm_relayouts(DENSE, cfg)
 
 
+def dense_preferences(task: Task) -> dict[str, Any]:
+    """Untuned dense config."""
+    return gemm_preferences(DENSE, task)
+
+
 def batch_matmul_space(task: Task) -> ConfigSpace:
     """Space of the batch_matmul template."""
     return define_gemm_space(BATCH_MATMUL, task)
@@ -242,12 +331,22 @@ def batch_matmul_apply(task: Task, cfg: Config):
     return apply_gemm(BATCH_MATMUL, task, cfg)
 
 
+def batch_matmul_preferences(task: Task) -> dict[str, Any]:
+    """Untuned batch_matmul config."""
+    return gemm_preferences(BATCH_MATMUL, task)
+
+
 # compatible_versions: the version that wrote every register tile back per outer tile (same space, same configs)
+# They schedule `_gemm_func`: a trace that starts from the task's PrimFunc runs `from_task_func` first.
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply,
-                      compatible_versions=("687b25bbcf06",))
+                      compatible_versions=("687b25bbcf06",), preferences=matmul_preferences,
+                      from_task_func=from_task_func)
 MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply,
-                              compatible_versions=("c7fd1b95abe8",))
+                              compatible_versions=("c7fd1b95abe8",), preferences=matmul_ukernel_preferences,
+                              from_task_func=from_task_func)
 DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply, dense_relayouts,
-                     compatible_versions=("c6685a3bcb85",))
+                     compatible_versions=("c6685a3bcb85",), preferences=dense_preferences,
+                     from_task_func=from_task_func)
 BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply,
-                            compatible_versions=("8d7ab524a85b",))
+                            compatible_versions=("8d7ab524a85b",), preferences=batch_matmul_preferences,
+                            from_task_func=from_task_func)

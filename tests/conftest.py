@@ -34,9 +34,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `tests.fake_templates` importable here and in worker processes
 
-from autotune.measure import RunnerOptions
-from autotune.measure_types import BuildResult, ErrorKind, MeasureInput, MeasureResult  # noqa: E402
-from autotune.records import now  # noqa: E402
+from autotune.measure import RunnerOptions  # noqa: E402
+# the fakes of the builder and runner seams that tests import from here: the tuning loop without TVM builds
+from autotune.measure.replay import SimulatedBuilder as FakeBuilder, SimulatedRunner  # noqa: E402, F401
 from autotune.task import make_task  # noqa: E402
 
 TINY = "tests.fake_templates:TINY_MATMUL"
@@ -47,42 +47,6 @@ BUGGY = "tests.fake_templates:BUGGY_MATMUL"
 # timings, and a deadline no busy machine reaches (the default 10 s was, under load).
 UNHURRIED = RunnerOptions(threads=1, timeout=120, min_repeat_ms=5)
 UNHURRIED_CLI = ["--threads", "1", "--timeout", "120", "--min-repeat-ms", "5"]
-
-
-class FakeBuilder:
-    """Builds nothing; every candidate 'succeeds' (the fake runner decides its fate)."""
-
-    def __init__(self):
-        self.built: list[int] = []
-
-    def build(self, inputs):
-        self.built += [i.config.index for i in inputs]
-        return [BuildResult(f"fake-{i.config.index}", None, "", 0.0) for i in inputs]
-
-    def close(self):
-        pass
-
-
-class SimulatedRunner:
-    """Replays a cost function of the config (kernel_tuner's simulation idea); None -> runtime error."""
-
-    def __init__(self, cost_fn, threads: int = 2):
-        self.cost_fn, self.threads, self.measured = cost_fn, threads, []
-
-    def run(self, inputs: list[MeasureInput], builds: list[BuildResult]) -> list[MeasureResult]:
-        out = []
-        for inp in inputs:
-            self.measured.append(inp.config.index)
-            cost = self.cost_fn(inp.config)
-            out.append(MeasureResult((cost,), None, "", 0.0, now()) if cost is not None
-                       else MeasureResult(None, ErrorKind.RUNTIME_ERROR, "simulated failure", 0.0, now()))
-        return out
-
-    def device(self, target_kind: str) -> dict[str, str]:
-        return {"gpu": "simulated"} if target_kind == "cuda" else {}
-
-    def close(self):
-        pass
 
 
 @pytest.fixture

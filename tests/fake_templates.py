@@ -6,7 +6,7 @@ from tvm import s_tir, te
 
 from autotune.space import ConfigSpace, choice_knob, split_knob
 from autotune.task import Task
-from search_spaces.base import Template, prim_func
+from autotune.templates import Template, prim_func
 
 
 def _tiny_space(task: Task) -> ConfigSpace:

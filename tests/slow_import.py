@@ -8,6 +8,6 @@ WORKER_IMPORTS = ("tests.slow_import_dep",)
 
 
 def quick() -> int:
-    from tests.slow_import_dep import VALUE  # imported lazily, as measure_worker imports tvm
+    from tests.slow_import_dep import VALUE  # imported lazily, as autotune.measure.worker imports tvm
 
     return VALUE

@@ -9,13 +9,17 @@ import numpy as np
 import pytest
 
 from autotune.hardware import CpuModel
-from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import Record
 from autotune.task import make_task
+from autotune.templates import Template
 from cost_models import (
+    COST_MODELS,
     LOOP_DIM,
     FeatureCache,
+    LinearCostModel,
     XGBCostModel,
+    cost_model_class,
     extract,
     feature_dim,
     rank_correlation,
@@ -25,7 +29,6 @@ from cost_models import (
     valid_rows,
 )
 from cost_models.prior import prior_scores, roofline_cycles
-from search_spaces.base import Template
 from tests.toy_template import TOY_CONV2D, TOY_MATMUL, TOY_MATMUL_REF, _matmul_apply, _matmul_space, toy_matmul_cost
 
 MM = make_task("matmul", {"M": 256, "N": 256, "K": 256})
@@ -64,7 +67,7 @@ def _without_weight_copy(mod):
     import tvm
     from tvm import s_tir, tirx
 
-    from search_spaces.base import PREPACK
+    from autotune.templates import PREPACK
 
     def is_copy(stmt):
         while isinstance(stmt, tirx.For):
@@ -89,11 +92,11 @@ def test_loop_features_leave_out_the_weight_copy_of_a_packed_kernel(op, shape):
     (a PREPACK block, run once per model) changes no feature (PerStoreFeature drops layout-rewrite blocks)."""
     import tvm
 
-    import search_spaces
+    from autotune.templates import default_template
     from cost_models.features import loop_rows
 
     task = make_task(op, shape)
-    template = search_spaces.resolve(search_spaces.default_template_ref(op, "llvm"))
+    template = default_template(task)
     space = template.define_space(task)
     packed = [space.get(i) for i in space.sample(np.random.default_rng(0), 200)
               if template.relayouts(task, space.get(i))][:6]
@@ -231,6 +234,64 @@ def test_relative_throughput_is_per_group():
     y = np.array([1.0, 2.0, 0.0, 10.0, 5.0])
     g = np.array([0, 0, 0, 1, 1])
     np.testing.assert_allclose(relative_throughput(y, g), [0.5, 1.0, 0.0, 1.0, 0.5])
+
+
+def _linear(n: int, n_groups: int, seed: int):
+    """Rows whose cost is log-linear in the features (a least-squares fit can rank them); a speed scale per group."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, 12)).astype(np.float32)
+    groups = rng.integers(0, n_groups, n)
+    cost = np.exp(1.5 * X[:, 0] - X[:, 1] + 0.5 * X[:, 2]) * (1 + 3 * groups)
+    return X, 1.0 / cost, groups
+
+
+def test_linear_model_ranks_configs_of_unseen_groups_and_skips_nan_rows():
+    X, y, g = _linear(400, 4, seed=0)
+    X[:5] = np.nan
+    Xt, yt, gt = _linear(200, 2, seed=1)
+    model = LinearCostModel(features="knob").fit(X, y, g)
+    pred = model.predict(Xt)
+    for k in range(2):
+        assert rank_correlation(pred[gt == k], yt[gt == k]) > 0.8
+    assert np.isneginf(model.predict(X[:5])).all() and np.isfinite(model.predict(X[5:])).all()
+    with pytest.raises(ValueError, match="finite features"):
+        LinearCostModel().fit(X[:5], y[:5], g[:5])
+
+
+def test_linear_model_save_load_round_trip_and_continued_fit(tmp_path):
+    X, y, g = _linear(300, 3, seed=2)
+    base = LinearCostModel(features="knob", ridge=0.5).fit(X, y, g)
+    base.save(tmp_path / "linear.json")
+    loaded = LinearCostModel.load(tmp_path / "linear.json")
+    assert loaded.get_params() == base.get_params() and loaded.features == "knob"
+    np.testing.assert_array_equal(loaded.predict(X), base.predict(X))
+    # continuing on the same rows adds a correction of the base model's residual: no worse a fit than the base
+    more = LinearCostModel(ridge=0.5).fit(X, y, g, init_model=base)
+    target = relative_throughput(y, g)
+    assert np.mean((more.predict(X) - target) ** 2) <= np.mean((base.predict(X) - target) ** 2) + 1e-12
+    with pytest.raises(ValueError, match="not a linear cost model"):
+        LinearCostModel.load(_saved_xgb(tmp_path))
+
+
+def _saved_xgb(tmp_path):
+    X, y, g = _synthetic(100, 2, seed=8)
+    XGBCostModel(n_rounds=3).fit(X, y, g).save(tmp_path / "xgb.json")
+    return tmp_path / "xgb.json"
+
+
+def test_cost_models_by_kind():
+    from autotune.errors import AutotuneError
+
+    assert cost_model_class("xgb") is XGBCostModel and cost_model_class("linear") is LinearCostModel
+    assert set(COST_MODELS) == {"xgb", "linear"}
+    with pytest.raises(AutotuneError, match="xgb, linear"):
+        cost_model_class("forest")
+    for kind in COST_MODELS.values():  # each kind makes a search's model of the given features
+        model = kind.for_tuning("knob", "rank", 7, 3)
+        assert model.features == "knob"
+    bag = XGBCostModel(bag=2, subsample=0.8, features="loop")
+    like = XGBCostModel.for_tuning("loop", "reg", 7, 3, like=bag)
+    assert (like.bag, like.subsample, like.objective, like.n_rounds, like.seed) == (2, 0.8, "reg", 7, 3)
 
 
 # ---- training from records --------------------------------------------------------------

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from autotune.gpu_limits import KernelResources, check_config, check_resources, compute_capability, limits_for
-from autotune.ops import check_output, random_inputs, reduction_size
+from autotune.operators import check_output, random_inputs, reduction_size
 from autotune.space import Config
 from autotune.target import compile_kernel
 from autotune.task import Task, make_task
-from search_spaces.base import Template
+from autotune.templates import Template
 from search_spaces.cuda_conv2d import CONV2D_CUDA, GROUP_CONV2D_CUDA
 from search_spaces.cuda_depthwise import DEPTHWISE_CUDA
 from search_spaces.cuda_gemm import BATCH_MATMUL_CUDA, DENSE_CUDA, MATMUL_CUDA
@@ -72,9 +72,7 @@ def _cuda_source(template: Template, task: Task, cfg: Config) -> str:
 
 
 def _resources(template: Template, task: Task, cfg: Config) -> KernelResources:
-    import importlib
-
-    return importlib.import_module(template.apply.__module__).kernel_resources(task, cfg)
+    return template.kernel_resources(task, cfg)
 
 
 def _check_source(src: str, res: KernelResources) -> None:

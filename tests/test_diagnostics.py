@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from autotune.build_check import build_only
+from autotune.measure.build_check import build_only
 from autotune.gpu import parse_gpu
-from autotune.measure_types import ErrorKind, MeasureResult, error_summary, failure_reason
+from autotune.measure.types import ErrorKind, MeasureResult, error_summary, failure_reason
 from autotune.records import load_records
 from autotune.target import DEFAULT_CUDA_ARCH, parse_target
 from autotune.task import make_task
@@ -62,11 +62,11 @@ def test_failure_reasons_name_the_error_line_and_count_equal_causes_together():
 
 @pytest.mark.slow  # a builder worker importing TVM; failure reasons: test_failure_reasons_name_the_error_line_...
 def test_build_only_for_a_target_this_host_cannot_link_says_why():
-    import search_spaces
+    from autotune.operators import default_template_ref
 
     task = make_task("matmul", {"M": 32, "N": 32, "K": 32},
                      target={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})
-    report = build_only(task, 1, search_spaces.default_template_ref("matmul", "llvm"))
+    report = build_only(task, 1, default_template_ref("matmul", "llvm"))
     assert report.compile_errors == 1 and report.built == 0
     assert "failed to build: 1 x compile_error:" in report.summary()
     assert "wrong format" in report.summary() or "error" in report.summary().splitlines()[-1]

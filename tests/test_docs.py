@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli_reference import render
-from autotune.measure_types import ErrorKind
+from autotune.measure.types import ErrorKind
 from autotune.schemas import record_schema
 from autotune.task import make_task
 from autotune.tune import tune

@@ -18,7 +18,7 @@ from autotune.dynamic.tuning import mapped_configs
 from autotune.dynamic.ukernels import chosen_heights
 from autotune.errors import AutotuneError
 from autotune.hardware import parse_size
-from autotune.measure_types import MeasureInput, MeasureResult
+from autotune.measure.types import MeasureInput, MeasureResult
 from autotune.records import Record, load_records
 
 SHAPE = "M=1..300,N=64,K=64"
@@ -119,10 +119,10 @@ def test_cli_bad_range_is_one_line(args, needle):
 
 
 def test_mapped_configs_keep_the_donor_knobs():
-    import search_spaces
+    from autotune.templates import resolve
 
     spec = parse_dynamic("matmul", SHAPE)
-    tmpl = search_spaces.resolve("search_spaces.matmul:MATMUL_CPU")
+    tmpl = resolve("search_spaces.matmul:MATMUL_CPU")
     tall, small = (tmpl.define_space(spec.task(h)) for h in (96, 24))
     donors = [Record(MeasureInput(spec.task(96), tall.get(i), "search_spaces.matmul:MATMUL_CPU"),
                      MeasureResult((t,), None, "", 0.0, 0.0), tmpl.version, 2, {})

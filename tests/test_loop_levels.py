@@ -8,7 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from autotune.fingerprint import PROBE_TARGETS
+from autotune.operators import default_template_refs, get_op
 from autotune.task import make_task
+from autotune.templates import resolve
 from cost_models.features import POOLED_DIM, FeatureCache, extract
 from cost_models.loop_levels import (
     CURVE_AT,
@@ -20,8 +23,6 @@ from cost_models.loop_levels import (
     REGISTER_AT,
     level_features,
 )
-from search_spaces import DEFAULT_TEMPLATES, resolve
-from search_spaces.base import PROBE_SHAPES, PROBE_TARGETS
 from search_spaces.conv2d import CONV2D_CPU
 from search_spaces.matmul import MATMUL, apply_gemm
 
@@ -85,7 +86,7 @@ def test_a_double_buffered_k_loop_is_told_apart_from_a_plain_one():
     """A CUDA matmul config and its double-buffered twin: the pipelined k0 loop has 2 (stages) in its serial
     slot, the rest of the row is the same (the tuner skips a config whose row equals a proposed one's)."""
     task = make_task("matmul", {"M": 1024, "N": 1024, "K": 1024}, target="cuda", arch="sm_90")
-    template = resolve(DEFAULT_TEMPLATES[("matmul", "cuda")])
+    template = resolve(default_template_refs()[("matmul", "cuda")])
     space = template.define_space(task)
     knobs = {"tile_i": (8, 2, 16, 4), "tile_j": (8, 2, 16, 4), "tile_k": (32, 4, 8), "fetch_vec": 4,
              "auto_unroll": 512, "unroll_explicit": True}
@@ -101,11 +102,11 @@ def test_a_double_buffered_k_loop_is_told_apart_from_a_plain_one():
     assert diff.tolist() == [POOLED_DIM + 4 * PER_LEVEL + serial]
 
 
-@pytest.mark.parametrize("op,kind", sorted(DEFAULT_TEMPLATES))
+@pytest.mark.parametrize("op,kind", sorted(default_template_refs()))
 def test_every_template_gives_level_features(op, kind):
     """The extractor understands every template's IR (features.py would silently fall back to zeros)."""
-    template = resolve(DEFAULT_TEMPLATES[(op, kind)])
-    task = make_task(op, PROBE_SHAPES[op][0], target=PROBE_TARGETS[kind][0])
+    template = resolve(default_template_refs()[(op, kind)])
+    task = make_task(op, get_op(op).probe_shapes[0], target=PROBE_TARGETS[kind][0])
     space = template.define_space(task)
     done = 0
     for index in space.sample(np.random.default_rng(0), 12):

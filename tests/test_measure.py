@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from autotune.measure import LocalBuilder, LocalRunner, RunnerOptions
-from autotune.measure_types import ErrorKind, MeasureInput
+from autotune.measure.types import ErrorKind, MeasureInput
 from autotune.task import make_task
-from autotune.workers import Worker, describe_exit
-from autotune import measure_worker
-from search_spaces import resolve
+from autotune.measure.pool import Worker, describe_exit
+from autotune.measure import worker as measure_worker
+from autotune.templates import resolve
 
 from conftest import BUGGY, UNHURRIED
 
@@ -120,7 +120,7 @@ class _FakeTimer:
 def test_flushed_timing_flushes_before_every_call_and_groups_calls_into_repeats():
     """TVM's evaluator flushes once per repeat: a flushed timing must make each repeat one call, and average
     enough of them (min_repeat_ms worth) into each value it returns."""
-    from autotune.timing import time_kernel
+    from autotune.measure.timing import time_kernel
 
     warm = _FakeTimer()
     assert time_kernel(warm, None, [], repeat=3, min_repeat_ms=100) == [1e-3, 2e-3, 3e-3]

@@ -1,8 +1,10 @@
-"""Whole-model path: extraction, build (default and tuned), guard, task scheduler, export-db, CLI."""
+"""Whole-model path: extraction, build (default and tuned), guard, task scheduler, CLI (export-db: see
+test_export_db.py)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 
 import numpy as np
@@ -113,7 +115,7 @@ PACKED_VARIANTS = {"conv2d": ("vec_axis", "k", 1), "depthwise_conv2d": ("vec_axi
 def test_packed_conv_kernel_gets_its_weight_packed(op, weight, tmp_path):
     """A conv2d (or depthwise) kernel of the packed variant takes its weight packed ahead: a constant weight is
     packed at build time, any other one by a layout_transform the built model runs."""
-    import search_spaces
+    from autotune.templates import default_template, space_of
     from autotune.tune import tune
 
     knob, packed_value, groups = PACKED_VARIANTS[op]
@@ -132,7 +134,7 @@ def test_packed_conv_kernel_gets_its_weight_packed(op, weight, tmp_path):
          runner=SimulatedRunner(lambda cfg: 1e-4 if cfg[knob] == packed_value else 1e-3))
     built = build_model(cap, logs=[log])
     [kernel] = built.report.kernels
-    space = search_spaces.resolve(search_spaces.default_template_ref(op, "llvm")).define_space(task)
+    space = space_of(default_template(task), task)
     assert kernel.tuned and space.get(kernel.config_index)[knob] == packed_value
     packs = [name for name in built.report.generic if "layout_transform" in name]
     assert bool(packs) == (weight == "input"), built.report.generic  # a constant weight is packed at build time
@@ -381,110 +383,45 @@ def test_tune_model_retimes_each_task_once_the_budget_is_spent(tmp_path):
     assert again.resumed == 32 and again.spent == 0 and len(load_records(log)) == sum(map(len, logged.values()))
 
 
-def test_tune_model_transfers_other_tasks_records_to_xgb(tmp_path):
-    """Each xgb round is pre-trained on the folder's other logs and the model's other tasks so far, never on
-    the task itself; all rounds share one feature cache; transfer=[] turns it off."""
+def test_tune_model_transfers_other_tasks_records_to_xgb(tmp_path, monkeypatch):
+    """Each task's xgb tuner lives across its rounds: made at its first round, pre-trained on the folder's other
+    logs and the model's other tasks so far (never on the task itself), and before each later round taught the
+    other tasks' newer records; all tuners share one feature cache; transfer=[] turns it off."""
     from autotune import tune
+    from autotune.tuners.options import XGBOptions
+    from autotune.tuners.simple import RandomTuner
 
     other = make_task("matmul", {"M": 4, "N": 4, "K": 4})
     tune(other, trials=3, tuner="random", log=tmp_path / "other.jsonl", builder=FakeBuilder(),
          runner=SimulatedRunner(lambda cfg: 1e-3), retime=0)
     calls = []
 
-    def spy(task, tuner_options=None, tuner=None, **kw):  # records the options, tunes with the random tuner
-        calls.append((task.key, tuner, tuner_options))
-        return tune(task, tuner="random", **kw)
+    def spy(name, task, space, ref, *, seed, options, transfer, cache):  # records what the tuner is given
+        calls.append({"key": task.key, "name": name, "options": options, "transfer": list(transfer), "cache": cache,
+                      "added": []})
+        tuner = RandomTuner(task, space, ref, seed=seed)
+        tuner.add_transfer = calls[-1]["added"].extend
+        return tuner
 
+    monkeypatch.setattr(sys.modules["autotune.tune"], "make_tuner", spy)  # `autotune.tune` names the function
     fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-3 / (1 + cfg.index % 7))}
-    tune_model(CONVNET, trials=40, log=tmp_path / "m.jsonl", round_trials=8, tune_fn=spy, retime=0,
-               progress=lambda m: None, tuner_options={"features": "knob"}, **fake)
-    assert len(calls) == 5 and {c[1] for c in calls} == {"xgb"}
-    seen: dict[str, int] = {}  # task key -> trials before the round
-    for key, _, opts in calls:
-        keys = [r.task.key for r in opts["transfer"]]
-        assert key not in keys and keys.count(other.key) == 3
-        assert len(keys) - 3 == sum(n for k, n in seen.items() if k != key)  # every earlier trial of the others
-        assert opts["features"] == "knob" and opts["cache"] is calls[0][2]["cache"]
-        seen[key] = seen.get(key, 0) + 8
+    tune_model(CONVNET, trials=40, log=tmp_path / "m.jsonl", round_trials=8, retime=0,
+               progress=lambda m: None, tuner_options=XGBOptions(features="knob"), **fake)
+    assert len(calls) == 4 and {c["name"] for c in calls} == {"xgb"}  # one tuner per task for all its rounds
+    seen: dict[str, int] = {}  # task key -> its trials before the next tuner was made
+    for c in calls:
+        keys = [r.task.key for r in c["transfer"]]
+        assert c["key"] not in keys and keys.count(other.key) == 3
+        assert len(keys) - 3 == sum(seen.values())  # every earlier trial of the others
+        assert c["options"].features == "knob" and c["cache"] is calls[0]["cache"]
+        seen[c["key"]] = 8
+    [again] = [(n, c) for n, c in enumerate(calls) if c["added"]]  # the one task with a second round
+    n, c = again
+    assert len(c["added"]) == 8 * (len(calls) - 1 - n) and c["key"] not in {r.task.key for r in c["added"]}
     calls.clear()
-    tune_model(CONVNET, trials=48, log=tmp_path / "m.jsonl", round_trials=8, tune_fn=spy, transfer=[], retime=0,
+    tune_model(CONVNET, trials=48, log=tmp_path / "m.jsonl", round_trials=8, transfer=[], retime=0,
                progress=lambda m: None, **fake)
-    assert [c[2]["transfer"] for c in calls] == [[]]
-
-
-# ---- export-db ----------------------------------------------------------------------------
-
-def _call_tir_module(func, in_shapes, out_shape):
-    from tvm import relax
-
-    bb = relax.BlockBuilder()
-    params = [relax.Var(f"x{i}", relax.TensorType(s, "float32")) for i, s in enumerate(in_shapes)]
-    with bb.function("main", params):
-        gv = bb.add_func(func, "kernel")
-        with bb.dataflow():
-            out = bb.emit_output(relax.call_tir(gv, params, relax.TensorType(out_shape, "float32")))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
-@pytest.mark.slow  # a real tuning run, then a MetaSchedule compile
-def test_export_db_round_trip_and_legalized_mismatch(conv_captured, tmp_path, worker_env):
-    import tvm
-    from tvm import relax, tirx
-    from tvm.s_tir import meta_schedule as ms
-
-    import search_spaces
-    from autotune.model.export_db import export_database
-    from autotune.target import to_tvm_target
-    from autotune.tune import tune
-
-    task = make_task("conv2d", {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "R": 3, "S": 3, "stride": 1, "padding": 1})
-    log = tmp_path / "conv.jsonl"
-    best = tune(task, trials=2, tuner="random", log=log, batch_size=2, runner_options=UNHURRIED).best
-    assert best is not None
-    [written] = export_database([log], tmp_path / "db")
-    assert written.config_index == best.input.config.index
-    db = ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))
-    target = to_tvm_target(task.target)
-    shapes = [(1, 16, 8, 8), (16, 16, 3, 3)]
-    mod = _call_tir_module(search_spaces.prim_func(task).without_attr("global_symbol"), shapes, (1, 16, 8, 8))
-    with target, db:
-        applied = relax.transform.MetaScheduleApplyDatabase()(mod)
-    assert int(applied["kernel"].attrs["tirx.is_scheduled"]) == 1
-    assert "parallel" in applied["kernel"].script()
-    ex = tvm.compile(applied, target=target)
-    x, w = (np.random.default_rng(0).uniform(-1, 1, s).astype("float32") for s in shapes)
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w))
-    np.testing.assert_allclose(out.numpy(), task.opdef.reference(task.shape, [x, w]), rtol=1e-4, atol=1e-4)
-
-    # Documented limitation: LegalizeOps' conv2d of the same shape is a different PrimFunc
-    # (int64 indices, blocks "pad_temp"/"conv2d_nchw" instead of "pad"/"conv"), so it does not match.
-    bb = relax.BlockBuilder()
-    xs = [relax.Var(f"x{i}", relax.TensorType(s, "float32")) for i, s in enumerate(shapes)]
-    with bb.function("main", xs):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.conv2d(xs[0], xs[1], padding=1))
-        bb.emit_func_output(out)
-    legal = relax.transform.LegalizeOps()(bb.get())
-    with target, db:
-        legal = relax.transform.MetaScheduleApplyDatabase()(legal)
-    [conv] = [f for _, f in legal.functions_items() if isinstance(f, tirx.PrimFunc)]
-    assert "tirx.is_scheduled" not in conv.attrs
-    with pytest.raises(Exception, match="StructuralEqual check failed") as info:
-        tvm.ir.assert_structural_equal(conv.with_attr("global_symbol", "main"), search_spaces.prim_func(task))
-    print(str(info.value).splitlines()[0])  # the first difference, shown with -s
-
-
-def test_export_db_leaves_out_kernels_with_a_relaid_weight(tmp_path):
-    from autotune.model.export_db import export_database
-    from autotune.tune import tune
-
-    task = make_task("dense", {"batch": 4, "in_features": 16, "out_features": 32})
-    tune(task, trials=2, tuner="random", log=tmp_path / "d.jsonl", builder=FakeBuilder(),
-         runner=SimulatedRunner(lambda cfg: 1e-3), retime=0)
-    [skipped] = export_database([tmp_path / "d.jsonl"], tmp_path / "db")
-    assert skipped.task.key == task.key and "relaid" in skipped.skipped
-    assert not (tmp_path / "db" / "database_tuning_record.json").read_text().strip()
+    assert [c["transfer"] for c in calls] == [[]] and calls[0]["added"] == []
 
 
 # ---- CLI ----------------------------------------------------------------------------------
@@ -529,8 +466,8 @@ def test_generic_schedule_vectorises_by_the_largest_power_of_two_dividing_the_in
 def test_heuristic_register_tiles_follow_the_targets_vectors(mcpu, lanes, gemm_j):
     """Untuned builds: one vector of output channels per conv2d register tile, GEMM rows of 3 AVX2 vectors (the
     AVX-512 tiles would spill AVX2's 16 registers) or 2 AVX-512 ones."""
-    import search_spaces
     from autotune.model.default_schedule import heuristic_configs
+    from autotune.templates import default_template
 
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
     conv = make_task("conv2d", {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3, "stride": 1,
@@ -538,7 +475,6 @@ def test_heuristic_register_tiles_follow_the_targets_vectors(mcpu, lanes, gemm_j
     dense = make_task("dense", {"batch": 128, "in_features": 768, "out_features": 3072}, target=target)
     first = {}
     for task in (conv, dense):
-        space = search_spaces.resolve(search_spaces.default_template_ref(task.op, "llvm")).define_space(task)
-        first[task.op] = heuristic_configs(space, task)[0]
+        first[task.op] = heuristic_configs(default_template(task), task)[0]
     assert first["conv2d"]["tile_k"][-1] == lanes
     assert first["dense"]["tile_j"][-1] == gemm_j

@@ -14,8 +14,7 @@ torch = pytest.importorskip("torch", reason="the model path needs PyTorch")
 
 from autotune.errors import AutotuneError
 from autotune.model import build_model, capture, extract_tasks
-from autotune.model.build import best_by_task
-from autotune.records import load_records
+from autotune.database import TuningDatabase
 from tests.conftest import FakeBuilder, SimulatedRunner
 
 CUDA = {"kind": "cuda", "arch": "sm_90"}
@@ -69,9 +68,13 @@ def test_extract_on_cuda(net):
 
 
 def test_an_op_without_a_template_for_the_target_is_left_to_tvm(net, monkeypatch):
-    import search_spaces
+    import dataclasses
 
-    monkeypatch.delitem(search_spaces.DEFAULT_TEMPLATES, ("group_conv2d", "cuda"))
+    from autotune import operators
+
+    grouped = operators.OPS["group_conv2d"]
+    cpu_only = dataclasses.replace(grouped, templates={k: r for k, r in grouped.templates.items() if k != "cuda"})
+    monkeypatch.setattr(operators, "OPS", {**operators.OPS, "group_conv2d": cpu_only})
     left: list[str] = []
     tasks = extract_tasks(net[2], target=CUDA, left=left)
     assert "group_conv2d" not in {t.op for t, _ in tasks}
@@ -114,7 +117,7 @@ def test_cuda_build_with_default_schedules_compiles(net):
 
 
 def test_cuda_build_applies_the_logged_config(net, tmp_path):
-    import search_spaces
+    from autotune.templates import default_template, space_of
     from autotune.tune import tune
 
     [dense] = [t for t, _ in extract_tasks(net[2], target=CUDA) if t.op == "dense"]
@@ -123,7 +126,7 @@ def test_cuda_build_applies_the_logged_config(net, tmp_path):
          runner=SimulatedRunner(lambda cfg: 1e-5 if cfg["fetch_vec"] == 1 else 1e-3))
     built = build_model(net[2], logs=[log], target=CUDA)
     [kernel] = [k for k in built.report.kernels if k.task.op == "dense"]
-    space = search_spaces.resolve(search_spaces.default_template_ref("dense", "cuda")).define_space(dense)
+    space = space_of(default_template(dense), dense)
     assert kernel.tuned and space.get(kernel.config_index)["fetch_vec"] == 1
     assert "__global__" in _cuda_source(built)
 
@@ -140,7 +143,7 @@ def test_tune_model_on_cuda_then_build(net, tmp_path):
                         round_trials=8, retime=0)
     assert result.spent == 32 and sum(s.trials for s in result.states) == 32
     built = build_model(net[2], logs=[log], target=CUDA)
-    best = best_by_task(load_records([log]))
+    best = TuningDatabase.open([log]).best_by_task()
     assert [k.tuned for k in built.report.kernels] == [True] * 4
     assert [k.config_index for k in built.report.kernels] == [best[k.task.key].input.config.index
                                                              for k in built.report.kernels]

@@ -6,7 +6,7 @@ import pytest
 
 from autotune.cli import main
 from autotune.errors import AutotuneError
-from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.types import ErrorKind, MeasureInput, MeasureResult
 from autotune.plot import curves, draw, log_labels, model_curve, panels
 from autotune.records import LogWriter, Record, load_records
 from autotune.space import ConfigSpace, split_knob

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import LogReadStats, LogWriter, Record, best_record, load_records
 from autotune.space import ConfigSpace, split_knob
 

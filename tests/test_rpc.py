@@ -14,23 +14,14 @@ from conftest import BUGGY, TINY
 
 from autotune.errors import AutotuneError
 from autotune.measure import LocalBuilder, RunnerOptions
-from autotune.measure_types import ErrorKind, MeasureInput
+from autotune.measure.rpc import CLIENT_GRACE_S, RPCRunner, add_rpc_runner_arguments, runner_from_args
+from autotune.measure.rpc_services import add_rpc_parser, cmd_rpc, start_server, start_tracker, stop, wait_for_servers
+from autotune.measure.tracker import tracker_status
+from autotune.measure.types import ErrorKind, MeasureInput
 from autotune.records import load_records
-from autotune.rpc import CLIENT_GRACE_S, RPCRunner
-from autotune.rpc_services import (
-    add_rpc_parser,
-    add_rpc_runner_arguments,
-    cmd_rpc,
-    runner_from_args,
-    start_server,
-    start_tracker,
-    stop,
-    tracker_status,
-    wait_for_servers,
-)
 from autotune.task import make_task
 from autotune.tune import tune
-from search_spaces import resolve
+from autotune.templates import resolve
 
 KEY = "test-cpu"
 OPTIONS = RunnerOptions(timeout=30, repeat=2, min_repeat_ms=5)  # sessions of 40 s: a busy machine's take < 2 s

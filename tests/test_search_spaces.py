@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from autotune.ops import check_output, random_inputs, reduction_size
+from autotune.operators import check_output, default_template_ref, default_template_refs, random_inputs, reduction_size
 from autotune.space import Config, ConfigSpace
 from autotune.target import to_tvm_target
 from autotune.task import Task, make_task
-from search_spaces import DEFAULT_TEMPLATES, default_template_ref, resolve
+from autotune.templates import Template, resolve
 
 CASES = [
     ("matmul", "M=17,N=33,K=19"),
@@ -256,7 +256,7 @@ def test_gemm_pads_m_to_whole_register_tiles() -> None:
 
 
 def test_a_relayout_may_pad_but_not_merge() -> None:
-    from search_spaces.base import relayout_array
+    from autotune.templates import relayout_array
 
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     assert np.array_equal(relayout_array(a, lambda i, j: (j, i)), a.T)
@@ -268,7 +268,7 @@ def test_a_relayout_may_pad_but_not_merge() -> None:
 def test_conv2d_packed_kernel_takes_weight_packed_ahead() -> None:
     """The packed variant's schedule copies the weight in a PREPACK block (so an exported trace runs on W as it is);
     its compiled kernel (`Template.kernel`) drops the copy and takes W packed ahead, as a model's constant weight."""
-    from search_spaces.base import PREPACK
+    from autotune.templates import PREPACK
 
     task = _task("conv2d", "C=8,H=8,W=8,K=32,R=3,S=3,padding=1")
     template = _template(task)
@@ -318,7 +318,7 @@ def test_depthwise_packed_variant_structure() -> None:
 
 def test_depthwise_packed_kernel_takes_weight_packed_ahead() -> None:
     """As conv2d's packed variant: the schedule copies W in a PREPACK block, the kernel takes W packed ahead."""
-    from search_spaces.base import PREPACK
+    from autotune.templates import PREPACK
 
     task = _task("depthwise_conv2d", "C=32,H=8,W=8,R=3,S=3,padding=1")
     template = _template(task)
@@ -346,7 +346,7 @@ def test_illegal_config_raises() -> None:
 
 
 def test_every_default_template_resolves_for_its_op() -> None:
-    for (op, kind), ref in DEFAULT_TEMPLATES.items():
+    for (op, kind), ref in default_template_refs().items():
         template = resolve(ref)
         assert (template.op, template.target_kind) == (op, kind)
 
@@ -355,7 +355,7 @@ def test_template_version_fingerprints_schedules(tmp_path, monkeypatch) -> None:
     """Same schedules -> same version whatever the code looks like; another schedule -> another version."""
     import json
 
-    from search_spaces import base
+    from autotune import fingerprint
     from search_spaces.common import vector_lanes
     from search_spaces.matmul import MATMUL_CPU, matmul_apply, matmul_space
 
@@ -373,13 +373,13 @@ def test_template_version_fingerprints_schedules(tmp_path, monkeypatch) -> None:
         space = matmul_space(task)
         return space if vector_lanes(task) == 16 else dataclasses.replace(space, knobs=space.knobs[::-1])
 
-    same = base.Template("mm_refactored", "matmul", "llvm", matmul_space, apply_refactored)
-    other = base.Template("mm_unrolled", "matmul", "llvm", matmul_space, apply_unrolled)
-    avx2 = base.Template("mm_avx2", "matmul", "llvm", space_other_on_avx2, matmul_apply)
-    reference = base._compute_fingerprint(MATMUL_CPU)
-    assert base.schedule_fingerprint(same) == reference
-    assert base.schedule_fingerprint(other) != reference
-    assert base.schedule_fingerprint(avx2) != reference  # every target kind's vector units are probed
+    same = Template("mm_refactored", "matmul", "llvm", matmul_space, apply_refactored)
+    other = Template("mm_unrolled", "matmul", "llvm", matmul_space, apply_unrolled)
+    avx2 = Template("mm_avx2", "matmul", "llvm", space_other_on_avx2, matmul_apply)
+    reference = fingerprint.compute_fingerprint(MATMUL_CPU)
+    assert fingerprint.schedule_fingerprint(same) == reference
+    assert fingerprint.schedule_fingerprint(other) != reference
+    assert fingerprint.schedule_fingerprint(avx2) != reference  # every target kind's vector units are probed
     cached = json.loads((tmp_path / "template_versions.json").read_text())
     assert reference in cached.values() and len(cached) == 3
 
@@ -396,10 +396,9 @@ def test_degenerate_gemm_shapes_schedule_and_compute(shape) -> None:
 
 def test_records_of_a_compatible_template_version_still_choose_a_build_kernel():
     """GEMM logs of the version before the register-tile write-back still name the same configs (same space)."""
-    from autotune.measure_types import MeasureInput, MeasureResult
-    from autotune.model.build import best_by_task
+    from autotune.measure.types import MeasureInput, MeasureResult
+    from autotune.database import TuningDatabase
     from autotune.records import Record
-    from search_spaces import current_records
 
     ref = "search_spaces.matmul:MATMUL_CPU"
     template = resolve(ref)
@@ -409,8 +408,9 @@ def test_records_of_a_compatible_template_version_still_choose_a_build_kernel():
                        for i, t, v in ((3, 1e-5, template.compatible_versions[0]), (4, 2e-5, template.version),
                                        (5, 1e-6, "0123456789ab")))
     assert template.compatible_versions and template.version not in template.compatible_versions
-    assert list(current_records([old, now, other])) == [old, now]  # the unknown version is not this space's
-    assert best_by_task([old, now, other])[task.key] is old
+    db = TuningDatabase([old, now, other])
+    assert db.records(current=True) == [old, now]  # the unknown version is not this space's
+    assert db.best_by_task()[task.key] is old
     from cost_models.dataset import records_dataset
     from cost_models.features import FeatureCache
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.ops import OPS, check_output, random_inputs
-from autotune.hardware import read_cpuinfo
-from autotune.target import X86_FEATURE_FLAGS, cpu_name, host_llvm_target, parse_target, unsupported_features
+from autotune.operators import OPS, check_output, random_inputs
+from autotune.target import (X86_FEATURE_FLAGS, cpu_name, host_llvm_target, parse_target, read_cpuinfo,
+                             unsupported_features)
 from autotune.task import Task, make_task, parse_shape
 
 

@@ -1,10 +1,11 @@
 """Which records of other tasks pre-train a new task's model."""
 
-from autotune.measure_types import MeasureInput, MeasureResult
+from autotune.measure.types import MeasureInput, MeasureResult
 from autotune.records import LogWriter, Record
 from autotune.space import ConfigSpace, split_knob
 from autotune.task import make_task
-from autotune.transfer import select_transfer, transfer_records, transfer_summary
+from autotune.database import TuningDatabase
+from autotune.transfer import transfer_records, transfer_summary
 
 SPACE = ConfigSpace((split_knob("i", 64, 2),))
 MM = make_task("matmul", {"M": 64, "N": 64, "K": 64}, target="llvm")
@@ -22,6 +23,9 @@ def test_same_operator_records_are_kept_first_then_the_most_recent_others():
     old_same = [_rec(MM2, i, 1.0 + i) for i in range(3)]
     others = [_rec(CONV, i, 100.0 + i) for i in range(4)] + [_rec(DENSE, i, 50.0 + i) for i in range(4)]
     own = [_rec(MM, i, 200.0) for i in range(2)]
+    def select_transfer(task, records, limit):
+        return TuningDatabase(records).transfer(task, limit)
+
     picked = select_transfer(MM, others + old_same + own, limit=6)
     assert picked[:3] == old_same  # never crowded out by newer records of other operators
     assert [(r.task.op, r.result.timestamp) for r in picked[3:]] == [("conv2d", 101.0), ("conv2d", 102.0),

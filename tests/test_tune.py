@@ -8,8 +8,8 @@ import pytest
 
 from autotune.errors import AutotuneError
 from autotune.records import best_record, load_records
+from autotune.templates import resolve
 from autotune.tune import tune
-from search_spaces import resolve
 
 from conftest import TINY, UNHURRIED, FakeBuilder, SimulatedRunner
 
@@ -141,7 +141,7 @@ def test_errors_are_never_best(tmp_path, small_matmul):
 
 def test_real_tuning_end_to_end(tmp_path, small_matmul, worker_env):
     from autotune import build_best
-    from autotune.ops import random_inputs
+    from autotune.operators import random_inputs
 
     res = tune(small_matmul, trials=6, tuner="random", log=tmp_path / "l.jsonl", template=TINY, batch_size=3,
                runner_options=UNHURRIED)
@@ -165,7 +165,7 @@ def test_dense_weight_is_relaid_for_the_runner_and_the_kernel(tmp_path, worker_e
     """Dense kernels take W packed ahead: the runner relays it outside the timed call (every trial passes
     the correctness check), and a built kernel takes W in its own layout."""
     from autotune import build_best, make_task
-    from autotune.ops import random_inputs
+    from autotune.operators import random_inputs
 
     task = make_task("dense", {"batch": 16, "in_features": 64, "out_features": 96})
     res = tune(task, trials=4, tuner="random", log=tmp_path / "d.jsonl", batch_size=4, retime=0,

@@ -7,18 +7,14 @@ import itertools
 import numpy as np
 import pytest
 
-from autotune.measure_types import ErrorKind, MeasureInput, MeasureResult
+from autotune.measure.types import ErrorKind, MeasureInput, MeasureResult
 from autotune.records import Record
 from autotune.task import make_task
-from autotune.tuners.xgb import (
-    COLD_BATCH,
-    COLD_STARTS,
-    XGBTuner,
-    anneal,
-    diverse_top,
-    stale_trials,
-    training_rows,
-)
+from autotune.tuners import make_tuner
+from autotune.tuners.batch import anneal, diverse_top, stale_trials
+from autotune.tuners.model_fit import training_rows
+from autotune.tuners.options import COLD_STARTS, XGBOptions
+from autotune.tuners.xgb import COLD_BATCH, XGBTuner
 from cost_models import rank_correlation, train_from_records
 from tests.toy_template import (
     TOY_CONV2D,
@@ -34,6 +30,10 @@ MM = make_task("matmul", {"M": 256, "N": 256, "K": 256})
 OTHER_MM = make_task("matmul", {"M": 128, "N": 512, "K": 256})
 MM_SPACE = TOY_MATMUL.define_space(MM)
 TINY_CONV = make_task("conv2d", {"C": 4, "H": 6, "W": 6, "K": 4, "R": 3, "S": 3, "padding": 0})
+
+
+def _xgb(task=MM, space=MM_SPACE, ref=TOY_MATMUL_REF, seed=0, transfer=(), **options) -> XGBTuner:
+    return make_tuner("xgb", task, space, ref, seed=seed, options=XGBOptions(**options), transfer=transfer)
 
 
 def _measure(task, space, indices, ref=TOY_MATMUL_REF):
@@ -68,7 +68,7 @@ def _optimum(task, space) -> float:
 
 def test_never_repeats_and_respects_n_until_the_space_is_exhausted():
     space = TOY_CONV2D.define_space(TINY_CONV)
-    tuner = XGBTuner(TINY_CONV, space, TOY_CONV2D_REF, seed=0, features="knob", sa_chains=4, sa_steps=4)
+    tuner = _xgb(TINY_CONV, space, TOY_CONV2D_REF, seed=0, features="knob", sa_chains=4, sa_steps=4)
     seen: list[int] = []
     for n in (3, 5, 1, 7, 100):
         batch = tuner.next_batch(n)
@@ -82,14 +82,14 @@ def test_never_repeats_and_respects_n_until_the_space_is_exhausted():
 
 
 def test_same_seed_same_proposals_other_seed_other_proposals():
-    runs = [_tune(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, features="loop", sa_chains=8, sa_steps=8),
+    runs = [_tune(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, features="loop", sa_chains=8, sa_steps=8),
                   MM, MM_SPACE, 32) for s in (1, 1, 2)]
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
 
 
 def test_random_proposals_without_data():
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0)
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0)
     first = tuner.next_batch(8)
     assert len(first) == 8 and tuner.model is None
     # Only errors: nothing to learn from, so still random (and still no repeats).
@@ -102,13 +102,13 @@ def test_random_proposals_without_data():
 
 
 def test_loop_features_never_propose_illegal_configs():
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=3, features="loop", sa_chains=8, sa_steps=8)
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=3, features="loop", sa_chains=8, sa_steps=8)
     seen = _tune(tuner, MM, MM_SPACE, 48)
     assert all(toy_matmul_cost(MM, MM_SPACE.get(i)) is not None for i in seen)
 
 
 def test_batch_has_no_near_duplicates():
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=4, features="knob", explore=0.0, min_distance=2)
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=4, features="knob", explore=0.0, min_distance=2)
     _tune(tuner, MM, MM_SPACE, 32)
     digits = [np.array(MM_SPACE.digits(i)) for i in tuner.next_batch(16)]
     assert min(int((a != b).sum()) for k, a in enumerate(digits) for b in digits[k + 1:]) >= 2
@@ -117,7 +117,7 @@ def test_batch_has_no_near_duplicates():
 def test_model_never_proposes_the_twin_of_a_proposed_config():
     """Configs that schedule the same TIR (same loop-feature row) are measured once."""
     space = TOY_MATMUL_TWINS.define_space(MM)
-    tuner = XGBTuner(MM, space, TOY_MATMUL_TWINS_REF, seed=5, features="loop", explore=0.0, sa_chains=8, sa_steps=8)
+    tuner = _xgb(MM, space, TOY_MATMUL_TWINS_REF, seed=5, features="loop", explore=0.0, sa_chains=8, sa_steps=8)
     seen = _tune(tuner, MM, space, 40, batch=8)
     twin = {i: space.index_of([*space.digits(i)[:-1], 1 - space.digits(i)[-1]]) for i in seen}
     assert not [i for k, i in enumerate(seen) if k >= COLD_BATCH and twin[i] in seen[:k]]
@@ -129,7 +129,7 @@ def test_finds_better_configs_than_random_search(features, seeds):
     trials, optimum = 64, _optimum(MM, MM_SPACE)
     model_regret, random_regret = [], []
     for seed in seeds:
-        tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=seed, features=features)
+        tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=seed, features=features)
         model_regret.append(_best_cost(MM, MM_SPACE, _tune(tuner, MM, MM_SPACE, trials)) / optimum)
         rand = MM_SPACE.sample(np.random.default_rng(seed), trials)
         random_regret.append(_best_cost(MM, MM_SPACE, rand) / optimum)
@@ -149,9 +149,9 @@ def _first_batch_cost(tuner) -> float:
 
 def test_transfer_records_guide_the_first_batch():
     transfer = _other_task_records(160)
-    guided = [_first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, transfer=transfer, sa_chains=8,
+    guided = [_first_batch_cost(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, transfer=transfer, sa_chains=8,
                                          sa_steps=12, transfer_explore=0.15)) for s in range(2)]
-    blind = [_first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s)) for s in range(2)]
+    blind = [_first_batch_cost(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=s)) for s in range(2)]
     assert np.mean(guided) < 0.7 * np.mean(blind), (guided, blind)
 
 
@@ -168,9 +168,9 @@ def test_random_share_of_transfer_batches_limits_misleading_records():
     inverted = [MeasureResult((1e-6 / r.mean_s,), None, "", 0.0, 0.0) if r.ok else r for r in results]
     wrong = [Record(i, r, TOY_MATMUL.version, 1, {}) for i, r in zip(inputs, inverted)]
     options = {"transfer": wrong, "sa_chains": 8, "sa_steps": 12}
-    misled = [_batch_best(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, transfer_explore=0.15, **options))
+    misled = [_batch_best(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, transfer_explore=0.15, **options))
               for s in range(3)]
-    hedged = [_batch_best(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, **options)) for s in range(3)]
+    hedged = [_batch_best(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, **options)) for s in range(3)]
     assert np.mean(hedged) < 0.7 * np.mean(misled), (hedged, misled)
 
 
@@ -181,50 +181,51 @@ def test_finetune_adds_own_trees_that_correct_misleading_transfer():
     inputs, results = _measure(OTHER_MM, space, space.sample(np.random.default_rng(9), 160))
     inverted = [MeasureResult((1e-6 / r.mean_s,), None, "", 0.0, 0.0) if r.ok else r for r in results]
     wrong = [Record(i, r, TOY_MATMUL.version, 1, {}) for i, r in zip(inputs, inverted)]
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=wrong, transfer_fit="finetune", sa_chains=4,
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=wrong, transfer_fit="finetune", sa_chains=4,
                      sa_steps=4)
     pretrained = tuner.model
-    assert [b.num_boosted_rounds() for b in pretrained.boosters_] == [tuner.n_rounds]
+    assert [b.num_boosted_rounds() for b in pretrained.boosters_] == [tuner.options.n_rounds]
     sample = MM_SPACE.sample(np.random.default_rng(3), 120)
     tuner.update(*_measure(MM, MM_SPACE, sample[:60]))
     tuned = tuner.model
-    assert tuner._pretrained is pretrained  # fitted once, not per refit
-    assert [b.num_boosted_rounds() for b in tuned.boosters_] == [tuner.n_rounds + tuner.finetune_rounds]
+    assert tuner._trainer.pretrained is pretrained  # fitted once, not per refit
+    rounds = tuner.options.n_rounds + tuner.options.finetune_rounds
+    assert [b.num_boosted_rounds() for b in tuned.boosters_] == [rounds]
     held = [i for i in sample[60:] if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None]
     speed = [-toy_matmul_cost(MM, MM_SPACE.get(i)) for i in held]
-    X = tuner._features(held)
+    X = tuner._configs.rows(held)
     before, after = rank_correlation(pretrained.predict(X), speed), rank_correlation(tuned.predict(X), speed)
     assert before < 0 < after, (before, after)
     with pytest.raises(ValueError, match="transfer fit"):
-        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, transfer_fit="mix")
+        _xgb(MM, MM_SPACE, TOY_MATMUL_REF, transfer_fit="mix")
 
 
 def test_saved_cost_model_guides_the_first_batch(tmp_path):
     path = tmp_path / "model.json"
     train_from_records(_other_task_records(160), features="loop").save(path)
-    guided = _first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, cost_model=str(path), sa_chains=8,
+    guided = _first_batch_cost(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, cost_model=str(path), sa_chains=8,
                                         sa_steps=12, transfer_explore=0.15))
-    blind = _first_batch_cost(XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0))
+    blind = _first_batch_cost(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0))
     assert guided < 0.7 * blind
     with pytest.raises(ValueError, match="loop features"):
-        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cost_model=str(path), features="knob")
+        _xgb(MM, MM_SPACE, TOY_MATMUL_REF, cost_model=str(path), features="knob")
 
 
 def test_a_loaded_bag_of_boosters_is_continued_whole(tmp_path):
     path = tmp_path / "bag.json"
     train_from_records(_other_task_records(160), features="loop", n_rounds=20, bag=2, subsample=0.8).save(path)
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, cost_model=str(path), sa_chains=4, sa_steps=4)
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, cost_model=str(path), sa_chains=4, sa_steps=4)
     tuner.update(*_measure(MM, MM_SPACE, tuner.next_batch(8)))
     model = tuner.model
     assert (model.bag, model.subsample) == (2, 0.8)
-    assert [b.num_boosted_rounds() for b in model.boosters_] == [20 + tuner.n_rounds] * 2
+    assert [b.num_boosted_rounds() for b in model.boosters_] == [20 + tuner.options.n_rounds] * 2
 
 
 def test_batch_size_plans_ahead_until_the_next_update():
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=5, features="knob", batch_size=12)
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=5, features="knob", batch_size=12)
     tuner.update(*_measure(MM, MM_SPACE, MM_SPACE.sample(np.random.default_rng(0), 16)))
     parts = [tuner.next_batch(4) for _ in range(3)]
-    again = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=5, features="knob", batch_size=12)
+    again = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=5, features="knob", batch_size=12)
     again.update(*_measure(MM, MM_SPACE, MM_SPACE.sample(np.random.default_rng(0), 16)))
     assert [i for p in parts for i in p] == again.next_batch(12)
 
@@ -312,7 +313,7 @@ def test_a_stale_register_tile_gives_way_in_the_batch():
 def test_annealing_starts_from_the_best_config_of_each_register_tile():
     """The three best measured configs share one register tile: only the best of them starts a chain, the
     other measured-config chains start from the best of other tiles."""
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, sa_chains=8)
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, sa_chains=8)
     ranked = [i for i in MM_SPACE.sample(np.random.default_rng(3), 400)
               if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None]
     by_tile: dict[tuple, list[int]] = {}
@@ -328,14 +329,15 @@ def test_annealing_starts_from_the_best_config_of_each_register_tile():
 
 
 def test_never_proposes_configs_that_break_gpu_limits():
-    import search_spaces
     from autotune.gpu_limits import check_config
+    from autotune.operators import default_template_ref
+    from autotune.templates import resolve
 
     task = make_task("matmul", "M=512,N=512,K=512", target="cuda", arch="sm_90")
-    ref = search_spaces.default_template_ref("matmul", "cuda")
-    template = search_spaces.resolve(ref)
+    ref = default_template_ref("matmul", "cuda")
+    template = resolve(ref)
     space = template.define_space(task)
-    tuner = XGBTuner(task, space, ref, seed=3, features="knob")
+    tuner = _xgb(task, space, ref, seed=3, features="knob")
     proposed = []
     while len(proposed) < 48:
         batch = tuner.next_batch(min(16, 48 - len(proposed)))
@@ -351,7 +353,7 @@ def test_cold_start_measures_a_small_random_batch_then_follows_the_model():
     from autotune.tuners.xgb import COLD_BATCH
 
     space = TOY_MATMUL.define_space(MM)
-    tuner = XGBTuner(MM, space, TOY_MATMUL_REF, seed=0, features="knob")
+    tuner = _xgb(MM, space, TOY_MATMUL_REF, seed=0, features="knob")
     first = tuner.next_batch(16)
     assert len(first) == COLD_BATCH and tuner.model is None
     tuner.update(*_measure(MM, space, first))
@@ -365,7 +367,7 @@ def test_roofline_cold_start_picks_a_first_batch_the_prior_rates_higher(seed):
     from cost_models.features import extract
     from cost_models.prior import prior_scores
 
-    batches = {rule: XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=seed, cold_start=rule).next_batch(16)
+    batches = {rule: _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=seed, cold_start=rule).next_batch(16)
                for rule in COLD_STARTS}
     for batch in batches.values():
         assert len(batch) == len(set(batch)) == COLD_BATCH
@@ -376,15 +378,15 @@ def test_roofline_cold_start_picks_a_first_batch_the_prior_rates_higher(seed):
 
 
 def test_roofline_cold_start_only_where_the_prior_applies():
-    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF).cold_start == "random"  # the default
-    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline").cold_start == "roofline"
-    assert XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, features="knob", cold_start="roofline").cold_start == "random"
+    assert _xgb(MM, MM_SPACE, TOY_MATMUL_REF).cold_start == "random"  # the default
+    assert _xgb(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline").cold_start == "roofline"
+    assert _xgb(MM, MM_SPACE, TOY_MATMUL_REF, features="knob", cold_start="roofline").cold_start == "random"
     cuda = make_task("matmul", "M=512,N=512,K=512", target="cuda", arch="sm_90")
-    assert XGBTuner(cuda, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline").cold_start == "random"
+    assert _xgb(cuda, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline").cold_start == "random"
     with pytest.raises(ValueError, match="cold start"):
-        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="analytic")
+        _xgb(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="analytic")
     with pytest.raises(ValueError, match="share"):
-        XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline", cold_random=1.5)
+        _xgb(MM, MM_SPACE, TOY_MATMUL_REF, cold_start="roofline", cold_random=1.5)
 
 
 def test_training_rows_weigh_own_records_by_the_transfer_halflife():
@@ -403,7 +405,7 @@ def test_training_rows_weigh_own_records_by_the_transfer_halflife():
 def test_batches_try_the_incumbent_with_other_register_tiles():
     """A model-guided batch starts with `incumbent_moves` of the best measured config's inner moves, none
     measured before, at least `min_distance` knobs apart."""
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=1, features="knob", explore=0.0, incumbent_moves=2,
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=1, features="knob", explore=0.0, incumbent_moves=2,
                      min_distance=2)
     seen = _tune(tuner, MM, MM_SPACE, 24, batch=8)
     best = max((i for i in seen if i in tuner._own), key=lambda i: tuner._own[i])
@@ -441,13 +443,123 @@ def test_first_batch_starts_with_the_fastest_configs_of_other_tasks_mapped():
 
     transfer = _other_task_records(160)
     elites = [v[0] for v in donor_configs(MM, MM_SPACE, transfer)]
-    tuner = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=transfer, sa_chains=8, sa_steps=12)
+    tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=transfer, sa_chains=8, sa_steps=12)
     batch = tuner.next_batch(16)
     assert batch[:4] == [i for i in elites if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None][:4]
     tuner.update(*_measure(MM, MM_SPACE, batch))
     second = tuner.next_batch(16)  # the task's own measurements guide it now: no more configs by example
     usable = [i for i in elites if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None and i not in batch]
     assert not set(second) & set(batch) and second[:4] != usable[:4]
-    off = XGBTuner(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=transfer, sa_chains=8, sa_steps=12,
+    off = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=transfer, sa_chains=8, sa_steps=12,
                    transfer_elites=0)
     assert off.next_batch(16)[:4] != batch[:4]
+
+
+# Proposals of searches by the tuner as it was before its modules were split (knob features: 3 batches of 8;
+# loop features and knob features with transfer: 2), pinned: the same seed must keep proposing the same configs.
+PINNED = {
+    ("knob", 1, False): [[304, 7240, 3703, 1261, 2248, 3579, 8314, 7199],
+                         [3471, 3591, 3717, 3849, 2644, 3576, 3501, 2526],
+                         [3489, 2529, 3495, 3502, 3503, 2517, 1820, 1294]],
+    ("knob", 3, True): [[4234, 2311, 4376, 2512, 5111, 3275, 2302, 4364],
+                        [3287, 3263, 2303, 3274, 3273, 3272, 4247, 4169]],
+    ("loop", 0, False): [[5572, 2692, 2360, 658, 7114, 4405, 358, 1533],
+                         [1641, 1545, 1123, 1307, 501, 1534, 1535, 3708]],
+}
+
+
+@pytest.mark.parametrize("features,seed,transfer", list(PINNED))
+def test_the_same_seed_proposes_the_pinned_configs(features, seed, transfer):
+    want = PINNED[features, seed, transfer]
+    tuner = _xgb(seed=seed, features=features, transfer=_other_task_records(160) if transfer else ())
+    got = _tune(tuner, MM, MM_SPACE, 8 * len(want), batch=8)
+    assert [got[k:k + 8] for k in range(0, len(got), 8)] == want
+
+
+def test_make_tuner_checks_the_options_type_and_names_the_tuners():
+    from autotune.errors import AutotuneError
+    from autotune.tuners import learns_from_transfer, options_type
+    from autotune.tuners.simple import GridTuner, RandomTuner
+
+    assert options_type("xgb") is XGBOptions and options_type("random") is None and options_type("grid") is None
+    assert learns_from_transfer("xgb") and not learns_from_transfer("random") and not learns_from_transfer("grid")
+    assert isinstance(make_tuner("xgb", MM, MM_SPACE, TOY_MATMUL_REF), XGBTuner)  # None: the defaults
+    with pytest.raises(AutotuneError, match="takes XGBOptions options, not dict"):
+        make_tuner("xgb", MM, MM_SPACE, TOY_MATMUL_REF, options={"features": "knob"})
+    with pytest.raises(AutotuneError, match="the random tuner takes no options"):
+        make_tuner("random", MM, MM_SPACE, TOY_MATMUL_REF, options=XGBOptions())
+    with pytest.raises(AutotuneError, match="unknown tuner 'sa'; choose one of: random, grid, xgb"):
+        make_tuner("sa", MM, MM_SPACE, TOY_MATMUL_REF)
+    records = _other_task_records(8)
+    for name, cls in (("random", RandomTuner), ("grid", GridTuner)):  # transfer and cache: accepted and ignored
+        tuner = make_tuner(name, MM, MM_SPACE, TOY_MATMUL_REF, seed=2, transfer=records, cache=object())
+        tuner.add_transfer(records)
+        assert tuner.next_batch(8) == cls(MM, MM_SPACE, TOY_MATMUL_REF, seed=2).next_batch(8)
+
+
+@pytest.mark.parametrize("bad,match", [({"features": "pixels"}, "unknown feature kind 'pixels'"),
+                                       ({"objective": "lambdamart"}, "unknown objective"),
+                                       ({"model_kind": "forest"}, "unknown cost model kind 'forest'"),
+                                       ({"explore": 1.5}, "explore is a share"),
+                                       ({"transfer_explore": -0.1}, "transfer_explore is a share"),
+                                       ({"sa_chains": 0}, "sa_chains must be at least 1"),
+                                       ({"n_rounds": 0}, "n_rounds must be at least 1"),
+                                       ({"transfer_halflife": 0}, "transfer_halflife must be above 0"),
+                                       ({"batch_size": 0}, "batch_size must be at least 1")])
+def test_options_are_checked_when_made(bad, match):
+    from autotune.errors import AutotuneError
+
+    with pytest.raises(AutotuneError, match=match) as err:
+        XGBOptions(**bad)
+    assert "\n" not in str(err.value)
+
+
+def test_added_transfer_records_teach_as_those_given_at_construction():
+    records = _other_task_records(160)
+    third = make_task("matmul", {"M": 64, "N": 256, "K": 128})
+    space3 = TOY_MATMUL.define_space(third)
+    more = [Record(i, r, TOY_MATMUL.version, 1, {})
+            for i, r in zip(*_measure(third, space3, space3.sample(np.random.default_rng(4), 40)))]
+    options = {"features": "knob", "sa_chains": 8, "sa_steps": 8}
+    whole = _xgb(seed=2, transfer=records + more, **options)
+    added = _xgb(seed=2, transfer=records, **options)
+    added.add_transfer(more)
+    assert _tune(added, MM, MM_SPACE, 24, batch=8) == _tune(whole, MM, MM_SPACE, 24, batch=8)
+    # after measurements: the model is fitted again, on the new records too; the task's own records teach nothing
+    model = added.model
+    added.add_transfer([Record(i, r, TOY_MATMUL.version, 1, {}) for i, r in zip(*_measure(MM, MM_SPACE, [1, 2]))])
+    assert added.model is model
+    fourth = make_task("matmul", {"M": 512, "N": 128, "K": 64})
+    space4 = TOY_MATMUL.define_space(fourth)
+    added.add_transfer([Record(i, r, TOY_MATMUL.version, 1, {})
+                        for i, r in zip(*_measure(fourth, space4, space4.sample(np.random.default_rng(5), 20)))])
+    assert added.model is not model and len(added._trainer.transfer()) > len(whole._trainer.transfer())
+
+
+def test_a_least_squares_cost_model_ranks_the_task_after_a_search():
+    """model_kind="linear": the tuner makes its models through the registry; the least-squares model fitted on a
+    short search's measurements ranks configs it never saw."""
+    from cost_models.linear import LinearCostModel
+
+    for seed in range(2):
+        tuner = _xgb(seed=seed, features="knob", model_kind="linear", sa_chains=8, sa_steps=8)
+        _tune(tuner, MM, MM_SPACE, 32, batch=8)
+        held = [i for i in MM_SPACE.sample(np.random.default_rng(100 + seed), 300)
+                if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None]
+        speed = [-toy_matmul_cost(MM, MM_SPACE.get(i)) for i in held]
+        assert isinstance(tuner.model, LinearCostModel)
+        assert rank_correlation(tuner.model.predict(tuner._configs.rows(held)), speed) > 0.3
+
+
+def test_command_line_arguments_give_the_tuners_typed_options():
+    import argparse
+
+    from autotune.cli_args import tuner_options, xgb_options
+    from autotune.errors import AutotuneError
+
+    args = argparse.Namespace(tuner="xgb", features="knob", cold_start="roofline", cost_model="m.json")
+    assert xgb_options(args) == tuner_options(args) == XGBOptions(features="knob", cold_start="roofline",
+                                                                  cost_model="m.json")
+    assert tuner_options(argparse.Namespace(tuner="random", features="loop", cold_start="random")) is None
+    with pytest.raises(AutotuneError, match="unknown tuner"):
+        tuner_options(argparse.Namespace(tuner="anneal", features="loop", cold_start="random"))

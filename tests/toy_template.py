@@ -6,7 +6,7 @@ from tvm import s_tir
 
 from autotune.space import Config, ConfigSpace, annotate_knob, choice_knob, split_knob
 from autotune.task import Task
-from search_spaces.base import Template, prim_func
+from autotune.templates import Template, prim_func
 
 MAX_VECTOR = 64  # wider vectorised loops are rejected, so some configs are illegal
 

@@ -6,7 +6,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..cli_args import runner_options, tuner_options
+from ..database import TuningDatabase
 from ..errors import AutotuneError
+from ..progress import ProgressBar
+from ..transfer import transfer_records
+from ..tune import ensure_measurable
+from .dispatch import DynamicKernel
+from .load import compile_ukernels, ukernel_records
+from .spec import parse_dynamic
+from .tuning import default_log_path, tune_dynamic, ukernel_budget
 
 
 def add_dynamic_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,19 +36,8 @@ def wants_dynamic(args: argparse.Namespace) -> bool:
 
 
 def cmd_tune_dynamic(args: argparse.Namespace) -> int:
-    from ..cli_args import runner_options, xgb_options
-    from ..progress import ProgressBar
-    from ..records import load_records
-    from ..transfer import transfer_records
-    from ..tune import ensure_measurable
-    from ..tuners import get_tuner_class
-    from .dispatch import DynamicKernel
-    from .load import compile_ukernels, ukernel_records
-    from .spec import parse_dynamic
-    from .tuning import default_log_path, tune_dynamic, ukernel_budget
-
     spec = parse_dynamic(args.op, args.shape, args.dtype, args.target, arch=args.arch)
-    get_tuner_class(args.tuner)
+    options = tuner_options(args)  # validates the tuner and its options
     if args.trials < 1 or (args.ukernel_trials is not None and args.ukernel_trials < 1):
         raise AutotuneError("--trials and --ukernel-trials must be >= 1")
     if args.max_ukernels < 1:
@@ -48,8 +46,7 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
         raise AutotuneError("--dynamic measures on this machine only (no --build-only or RPC yet)")
     ensure_measurable(spec.task(spec.lo))
     log = args.log or str(default_log_path(spec))
-    options = {**xgb_options(args), "cost_model": args.cost_model} if args.tuner == "xgb" else {}
-    transfer = transfer_records(spec.task(spec.lo), Path(log), args.transfer)
+    transfer = transfer_records(spec.task(spec.lo), Path(log), args.transfer)  # seeds, also for model-free tuners
     options_run = runner_options(args)
     print(f"tuning {spec} dynamically  log={log}", file=sys.stderr)
     bar: list[ProgressBar] = []
@@ -74,7 +71,7 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
     resumed = sum(u.resumed for u in result.ukernels)
     if resumed:
         print(f"resumed {resumed} records from {log}", file=sys.stderr)
-    best = ukernel_records(spec, load_records(log))
+    best = ukernel_records(spec, TuningDatabase.open(log))
     heights = [u.height for u in result.ukernels]
     missing = [h for h in heights if h not in best]
     if missing:

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import AutotuneError
 from ..records import Record
 from ..task import Task
-from ..timing import time_calls
+from ..measure.timing import time_calls
 from .compose import Plan, Planner
 from .spec import DynamicSpec
 from .ukernels import CALL_OVERHEAD_S, op_cost, pad_cost_fn

@@ -3,32 +3,30 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..errors import AutotuneError
-from ..records import Record, best_record, by_task, load_records
+from ..kernel import compile_config
+from ..database import TuningDatabase
+from ..records import Record
 from .dispatch import DynamicKernel, UKernel
 from .spec import DynamicSpec, parse_dynamic
 
 
-def ukernel_records(spec: DynamicSpec, records: Iterable[Record]) -> dict[int, Record]:
-    """Best valid record per height, among records of `spec`'s operator made by the current template."""
-    import search_spaces
-
+def ukernel_records(spec: DynamicSpec, records: TuningDatabase | Iterable[Record]) -> dict[int, Record]:
+    """Height -> the record of the best config (`TuningDatabase.best`) of each task of `spec`'s operator."""
+    db = TuningDatabase.of(records)
     out: dict[int, Record] = {}
-    for recs in by_task(search_spaces.current_records(r for r in records if spec.matches(r.task))).values():
-        best = best_record(recs)
-        if best is not None:
+    for key in db.task_keys():
+        best = db.best(key)
+        if best is not None and spec.matches(best.task):
             out[best.task.shape[spec.dim]] = best
     return out
 
 
 def compile_ukernels(spec: DynamicSpec, best: dict[int, Record], heights: Sequence[int] | None = None) -> list[UKernel]:
     """Compile the best config of each height (all heights in `best` unless `heights` names some)."""
-    from ..kernel import compile_config
-
     out = []
     for h in sorted(heights if heights is not None else best, reverse=True):
         if h not in best:
@@ -47,12 +45,10 @@ def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | Dynamic
     (its best valid config), unless `heights` names the ones to use.
     """
     spec = op if isinstance(op, DynamicSpec) else parse_dynamic(op, shape or "", target=target)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        records = load_records(log)
-    best = ukernel_records(spec, records)
+    db = TuningDatabase.open(log)
+    best = ukernel_records(spec, db)
     if not best:
-        stale = any(spec.matches(r.task) and r.result.ok for r in records)
+        stale = any(spec.matches(r.task) and r.result.ok for r in db)
         raise AutotuneError(f"no valid uKernel record of {spec} in {log}"
                             + (" made by the current template version (re-tune)" if stale else ""))
     return DynamicKernel(spec, compile_ukernels(spec, best, heights))

@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from ..database import TuningDatabase
 from ..errors import AutotuneError
-from ..records import Record, load_records
+from ..records import Record
+from ..target import parse_target, to_tvm_target, use_target_threads
 from .dispatch import DynamicKernel, as_aligned
 from .load import compile_ukernels, ukernel_records
 from .spec import DynamicSpec, parse_dynamic
@@ -148,7 +150,7 @@ def _register(kernel: DynamicKernel) -> str:
     return name
 
 
-def rewrite_matmuls(mod: Any, target: dict, records: Sequence[Record]) -> tuple[Any, list[DynamicSite],
+def rewrite_matmuls(mod: Any, target: dict, records: TuningDatabase) -> tuple[Any, list[DynamicSite],
                                                                                    dict[str, DynamicKernel]]:
     """Replace each dynamic matmul by a call to its dynamic kernel (when the records tune it)."""
     from tvm import ir, relax, tirx
@@ -211,14 +213,14 @@ def rewrite_matmuls(mod: Any, target: dict, records: Sequence[Record]) -> tuple[
 
 
 def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), target: str | dict = "llvm",
-                        records: Sequence[Record] | None = None, name: str = "model") -> DynamicBuiltModel:
+                        records: TuningDatabase | Sequence[Record] | None = None,
+                        name: str = "model") -> DynamicBuiltModel:
     """Compile an ExportedProgram with symbolic sizes; its dynamic matmuls use the uKernels in the logs."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
     from ..model.fold import fold_batch_norms
-    from ..target import parse_target, to_tvm_target, use_target_threads
 
     tgt = parse_target(target)
     if tgt["kind"] != "llvm":
@@ -231,7 +233,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
         except Exception as err:  # noqa: BLE001 - any importer failure becomes one line
             raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
-        recs = list(records) if records is not None else load_records(list(logs))
+    recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
     mod = relax.transform.FoldConstant()(fold_batch_norms(mod))  # transposed weights become constants
     mod, sites, kernels = rewrite_matmuls(mod, tgt, recs)
     executable = tvm.compile(mod, target=to_tvm_target(tgt))

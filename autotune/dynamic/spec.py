@@ -1,8 +1,8 @@
 """A dynamic operator: one shape parameter varies over a range, the others are fixed.
 
 `M=1..4096,N=768,K=768` for matmul: M varies. The varying parameter is the one the output's
-leading axis follows (matmul M, dense batch, batch_matmul B), so a run-time size is covered by
-contiguous row slices of the inputs and the output (zero-copy views).
+leading axis follows (the operator's `OpDef.row_split`: matmul M, dense batch, batch_matmul B), so a
+run-time size is covered by contiguous row slices of the inputs and the output (zero-copy views).
 """
 
 from __future__ import annotations
@@ -13,25 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AutotuneError
-from ..ops import get_op
+from ..operators import OPS, RowSplit, get_op
 from ..target import parse_target
 from ..task import Task, make_task
-
-
-@dataclass(frozen=True)
-class RowSplit:
-    """How an operator is cut along its dynamic parameter."""
-
-    param: str  # the parameter that may vary
-    sliced: tuple[bool, ...]  # per input: is it sliced along axis 0 with the output?
-    rows_per_unit: int = 0  # rows of one register tile along the dim (0: the CPU model's register rows)
-
-
-ROW_SPLITS: dict[str, RowSplit] = {
-    "matmul": RowSplit("M", (True, False)),
-    "dense": RowSplit("batch", (True, False)),
-    "batch_matmul": RowSplit("B", (True, True), rows_per_unit=1),
-}
 
 _RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
 
@@ -54,7 +38,7 @@ class DynamicSpec:
 
     @property
     def split(self) -> RowSplit:
-        return ROW_SPLITS[self.op]
+        return get_op(self.op).row_split
 
     def task(self, value: int) -> Task:
         """The static task with the dynamic parameter set to `value`."""
@@ -75,9 +59,10 @@ def parse_dynamic(op: str, text: str, dtype: str = "float32", target: str | dict
                   arch: str | None = None) -> DynamicSpec:
     """`M=1..4096,N=768,K=768` -> DynamicSpec; raises AutotuneError with a one-line reason."""
     opdef = get_op(op)
-    if op not in ROW_SPLITS:
-        raise AutotuneError(f"--dynamic supports {', '.join(ROW_SPLITS)}; not {op}")
-    split = ROW_SPLITS[op]
+    split = opdef.row_split
+    if split is None:
+        dynamic = [name for name, o in OPS.items() if o.row_split is not None]
+        raise AutotuneError(f"--dynamic supports {', '.join(dynamic)}; not {op}")
     fixed: dict[str, int] = {}
     ranges: dict[str, tuple[int, int]] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):

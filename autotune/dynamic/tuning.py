@@ -1,7 +1,7 @@
 """Tune the uKernels of a dynamic operator: the tallest with the full budget, the others from its best.
 
-Each uKernel is an ordinary static task tuned with `tune()` into one log, so logs, resume and
-`autotune best` work as for any task. The smaller uKernels share the tallest one's N/K knobs
+Each uKernel is an ordinary static task tuned by a tuning session (`autotune.session`) into one log, so logs,
+resume and `autotune best` work as for any task. The smaller uKernels share the tallest one's N/K knobs
 (same fixed parameters), so by default they only measure its best configs mapped onto their own
 space ("seeds", logged like any trial); a larger budget continues with the xgb model pre-trained on
 the uKernels already tuned. The tallest one may itself start from seeds of `transfer` records (e.g.
@@ -19,13 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..measure import Builder, LocalBuilder, LocalRunner, Runner, RunnerOptions, record_versions, runner_timing
-from ..measure_types import MeasureInput
-from ..records import LogWriter, Record
-from ..retime import RETIMES
-from ..space import ConfigSpace
-from ..tune import TuneResult, resumable_records, tune
+from ..database import TuningDatabase
 from ..hardware import hardware_model
+from ..measure import Builder, Runner, RunnerOptions
+from ..operators import ukernel_template_ref
+from ..records import Record
+from ..retime import RETIMES
+from ..session import STANDARD, Measurer, TuningSession
+from ..session import progress as progress_callback
+from ..space import ConfigSpace
+from ..tune import TuneResult, open_session
+from ..tuners import learns_from_transfer
 from .spec import DynamicSpec
 from .ukernels import Candidate, chosen_heights, rank_ukernels
 
@@ -41,7 +45,7 @@ class UKernelTuning:
     @property
     def resumed(self) -> int:
         """Records found in the log before this run."""
-        return self.result.resumed - self.seeded
+        return self.result.resumed
 
 
 @dataclass
@@ -70,7 +74,7 @@ def ukernel_budget(trials: int) -> int:
 
 def tune_dynamic(spec: DynamicSpec, trials: int = 64, log: str | Path | None = None, tuner: str = "xgb",
                  ukernel_trials: int | None = None, max_kernels: int = 3, heights: list[int] | None = None,
-                 seed: int = 0, batch_size: int = 8, tuner_options: dict[str, Any] | None = None,
+                 seed: int = 0, batch_size: int = 8, tuner_options: Any = None,
                  runner_options: RunnerOptions | None = None, builder: Builder | None = None,
                  runner: Runner | None = None, build_timeout: float = 60.0, transfer: list[Record] | None = None,
                  progress: Callable[[int, TuneResult], None] | None = None,
@@ -84,66 +88,45 @@ def tune_dynamic(spec: DynamicSpec, trials: int = 64, log: str | Path | None = N
     more times the tallest uKernel's contenders are timed (`autotune.retime`; the smaller ones measure too few
     configs for it to pay).
     """
-    import search_spaces
-
     t0 = time.perf_counter()
     candidates = rank_ukernels(spec, hardware_model(spec.target), max_kernels=max_kernels)
     chosen = sorted(heights, reverse=True) if heights else chosen_heights(candidates)
     log_path = Path(log) if log else default_log_path(spec)
     out = DynamicTuneResult(spec, log_path, candidates)
     small_budget = ukernel_trials if ukernel_trials is not None else ukernel_budget(trials)
-    own_builder, own_runner = builder is None, runner is None
-    builder = builder or LocalBuilder(timeout=build_timeout)
-    runner = runner or LocalRunner(runner_options)
     others = [r for r in (transfer or []) if not spec.matches(r.task) or r.task.shape[spec.dim] not in chosen]
     done: list[Record] = []  # records of the uKernels tuned so far: seeds and transfer for the next
-    try:
+    learns = learns_from_transfer(tuner)
+    with TuningDatabase(log=log_path) as db, Measurer(builder, runner, runner_options, build_timeout) as measurer:
         for n, height in enumerate(chosen):
             budget = trials if n == 0 else small_budget
             if on_start:
                 on_start(height, budget)
             t1 = time.perf_counter()
             task = spec.task(height)
+            callbacks = list(STANDARD)
+            if progress:
+                callbacks.append(progress_callback(lambda s, h=height: progress(h, TuneResult.of(s, log_path))))
+            ref = ukernel_template_ref(task.op, task.target_kind)
+            session = open_session(task, db, measurer, tuner, ref, seed, tuner_options,
+                                   list(done or others) if learns else [], callbacks=callbacks)
             donors, n_seeds = (others, budget // 4) if n == 0 else (done, budget)
-            seeded = _measure_seeds(task, donors, n_seeds, log_path, builder, runner) if donors else 0
-            options = dict(tuner_options or {})
-            if tuner == "xgb":
-                options.setdefault("transfer", list(done or others))
-            result = tune(task, trials=budget, tuner=tuner, log=log_path, seed=seed, batch_size=batch_size,
-                          template=search_spaces.ukernel_template_ref(task.op, task.target_kind),
-                          tuner_options=options, builder=builder, runner=runner, retime=retime if n == 0 else 0,
-                          progress=(lambda r, h=height: progress(h, r)) if progress else None)
+            seeded = _measure_seeds(session, donors, n_seeds) if donors else 0
+            session.search(budget, batch_size)
+            session.retime(retime if n == 0 else 0, seed)
+            result = TuneResult.of(session, log_path)
             done += result.records
             out.ukernels.append(UKernelTuning(height, budget, seeded, result, time.perf_counter() - t1))
-    finally:
-        if own_builder:
-            builder.close()
-        if own_runner:
-            runner.close()
     out.wall_s = time.perf_counter() - t0
     return out
 
 
-def _measure_seeds(task, donors: list[Record], n: int, log: Path, builder: Builder, runner: Runner) -> int:
-    """Measure (and log) up to n configs mapped from the donors' best, unless the log already has as many."""
-    import search_spaces
-
-    ref = search_spaces.ukernel_template_ref(task.op, task.target_kind)
-    tmpl = search_spaces.resolve(ref)
-    timing = runner_timing(runner, task)
-    have = resumable_records(log, task, ref, tmpl.version, timing)
-    space = tmpl.define_space(task)
-    measured = {r.input.config.index for r in have}
-    donors = [r for r in donors if r.input.template == ref and r.task.op == task.op]
-    seeds = [i for i in mapped_configs(space, donors, n) if i not in measured][:max(0, n - len(measured))]
-    if not seeds:
-        return 0
-    inputs = [MeasureInput(task, space.get(i), ref) for i in seeds]
-    results = runner.run(inputs, builder.build(inputs))
-    stamp = record_versions(runner, task)
-    with LogWriter(log) as writer:
-        for inp, res in zip(inputs, results):
-            writer.write(Record(inp, res, tmpl.version, runner.threads, stamp, timing))
+def _measure_seeds(session: TuningSession, donors: list[Record], n: int) -> int:
+    """Measure (and log) up to n configs mapped from the donors' best, unless the session already has as many."""
+    donors = [r for r in donors if r.input.template == session.template_ref and r.task.op == session.task.op]
+    seeds = [i for i in mapped_configs(session.space, donors, n)
+             if i not in session.measured][:max(0, n - len(session.measured))]
+    session.measure(seeds)
     return len(seeds)
 
 

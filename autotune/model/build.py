@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from ..database import TuningDatabase
 from ..errors import AutotuneError
-from ..records import Record, best_record, by_task, load_records
+from ..records import Record
 from ..space import Config
-from ..target import vector_unit
+from ..target import to_tvm_target, use_target_threads, vector_unit
 from ..task import Task
+from ..templates import default_template, resolve, space_of
 from .activations import expand_activations
 from .capture import Captured, InputSpec, capture
 from .default_schedule import default_template_func, generic_schedule, schedule_block, vectorize_with_tail
@@ -139,18 +141,6 @@ def _flatten(out: Any) -> list[np.ndarray]:
 
 # ---- choosing kernels ---------------------------------------------------------------------
 
-def best_by_task(records: Iterable[Record]) -> dict[str, Record]:
-    """Best valid record per task key, among records made by the current template versions."""
-    import search_spaces
-
-    out: dict[str, Record] = {}
-    for key, recs in by_task(search_spaces.current_records(records)).items():
-        best = best_record(recs)
-        if best is not None:
-            out[key] = best
-    return out
-
-
 @dataclass(frozen=True)
 class ModelKernel:
     """The scheduled PrimFunc of one task, and the template config it comes from."""
@@ -176,21 +166,19 @@ class ModelKernel:
 
 def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]) -> tuple[ModelKernel, KernelChoice]:
     """Autotune's kernel for a task: the best logged config, else the heuristic default."""
-    import search_spaces
-
     rec = best.get(task.key)
     reason = "no valid record in the logs"
     if task.key in stale and rec is None:
         reason = "records only from another template version"
     if rec is not None:
-        tmpl = search_spaces.resolve(rec.input.template)
+        tmpl = resolve(rec.input.template)
         try:
-            cfg = tmpl.define_space(task).get(rec.input.config.index)
+            cfg = space_of(tmpl, task).get(rec.input.config.index)
             func = tmpl.kernel(task, cfg)["main"]
             return ModelKernel(func, tmpl, cfg), KernelChoice(task, weight, True, cfg.index, rec.gflops())
         except Exception as err:  # noqa: BLE001 - a logged config the template no longer accepts
             reason = f"logged config #{rec.input.config.index} failed to apply ({type(err).__name__})"
-    tmpl = search_spaces.resolve(search_spaces.default_template_ref(task.op, task.target_kind))
+    tmpl = default_template(task)
     func, cfg = default_template_func(tmpl, task)
     return ModelKernel(func, tmpl, cfg), KernelChoice(task, weight, False, cfg.index, 0.0, reason)
 
@@ -315,12 +303,12 @@ def compile_lowered(mod: Any, tvm_target: Any) -> Any:
 
 
 def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str | dict = "llvm",
-                inputs: Any = None, records: Iterable[Record] | None = None) -> BuiltModel:
-    """Compile a model with the best logged schedule of each task (default schedules elsewhere)."""
+                inputs: Any = None, records: TuningDatabase | Iterable[Record] | None = None) -> BuiltModel:
+    """Compile a model with the best schedule of each task in the logs (or `records`: a records database, or
+    records), default schedules elsewhere."""
     import warnings
 
     from ..dynamic.model import build_dynamic_model, dynamic_program
-    from ..target import to_tvm_target, use_target_threads
 
     program = None if isinstance(model, Captured) else dynamic_program(model)
     if program is not None:  # a symbolic input size (torch.export Dim): dynamic kernels for its matmuls
@@ -328,9 +316,7 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     tgt = resolve_target(target)
     use_target_threads(tgt)  # before FoldConstant or a first call starts TVM's thread pool
     captured = model if isinstance(model, Captured) else capture(model, inputs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        recs = list(records) if records is not None else load_records(list(logs))
+    recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
     try:
         mod, report = lower_captured(captured, tgt, recs)
         executable = compile_lowered(mod, to_tvm_target(tgt))
@@ -347,21 +333,19 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     return BuiltModel(captured.name, captured.inputs, executable, report, "cuda" if tgt["kind"] == "cuda" else "cpu")
 
 
-def lower_captured(captured: Captured, target: dict, records: Sequence[Record],
+def lower_captured(captured: Captured, target: dict, records: TuningDatabase | Iterable[Record],
                    fuse: bool = True) -> tuple[Any, BuildReport]:
     """(lowered Relax module, report): each task of the model on its best record's config (else the default
     one), fused and scheduled as `lower_model` does; ready for `compile_lowered`."""
-    import search_spaces
-
-    from ..target import to_tvm_target
 
     sites, skipped = find_sites(captured.mod, target)
-    best = best_by_task(records)
-    stale = {r.task.key for r in records if r.result.ok}
+    db = TuningDatabase.of(records)
+    best = db.best_by_task()
+    stale = {r.task.key for r in db if r.result.ok}
     report = BuildReport(skipped=[f"{s.what}: {s.reason}" for s in skipped])
     kernels: dict[str, ModelKernel] = {}
     for task, weight in merge_sites(sites):
-        search_spaces.default_template_ref(task.op, task.target_kind)  # fail early without a template
+        task.opdef.template_ref(task.target_kind)  # fail early without a template
         kernels[task.key], choice = kernel_for(task, weight, best, stale)
         report.kernels.append(choice)
     mod, report.generic = lower_model(captured.mod, target, kernels, to_tvm_target(target), fuse)

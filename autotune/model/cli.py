@@ -6,8 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli_args import add_runner_arguments, add_search_arguments, runner_options, xgb_options
+from ..cli_args import add_runner_arguments, add_search_arguments, runner_options, tuner_options
 from ..errors import AutotuneError
+from .build import build_model
+from .export_db import export_database
+from .extract import collect_tasks, extract_tasks
+from .scheduler import tune_model
 
 TARGET_HELP = "llvm (this CPU), cuda (the local GPU's arch, else sm_90) or a JSON target dict"
 MODEL_HELP = "path/to/file.py:factory (returns (module, example_inputs)) or a saved torch.export .pt2"
@@ -56,8 +60,6 @@ def _check_logs(paths: list[str]) -> None:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from .extract import collect_tasks, extract_tasks
-
     left: list[str] = []
     if args.compile:
         collected = collect_tasks(args.model, target=args.target)
@@ -81,21 +83,17 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_tune_model(args: argparse.Namespace) -> int:
-    from .scheduler import tune_model
-
     if args.round_trials < 1:
         raise AutotuneError("--round-trials must be >= 1")
     result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
                         round_trials=args.round_trials, seed=args.seed, runner_options=runner_options(args),
                         via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
-                        tuner_options=xgb_options(args) if args.tuner == "xgb" else None)
+                        tuner_options=tuner_options(args))
     print(result.summary())
     return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .build import build_model
-
     _check_logs(args.logs)
     model = build_model(args.model, logs=args.logs, target=args.target)
     print(model.report.summary())
@@ -106,12 +104,13 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_export_db(args: argparse.Namespace) -> int:
-    from .export_db import export_database
-
     _check_logs(args.logs)
     exported = export_database(args.logs, args.output)
     for e in exported:
-        print(f"{e.task.key}  {e.task}  config #{e.config_index}  {e.mean_s * 1e3:.4f} ms"
-              + (f"  not written: {e.skipped}" if e.skipped else ""))
-    print(f"wrote {sum(not e.skipped for e in exported)} records to {args.output}", file=sys.stderr)
+        print(f"{e.task.key}  {e.task}  config #{e.config_index}  {e.mean_s * 1e3:.4f} ms  "
+              f"workloads: {', '.join(e.workloads) or 'none'}")
+        if e.skipped:
+            print(f"  not written for {e.skipped}")
+    print(f"wrote {sum(len(e.workloads) for e in exported)} records ({len(exported)} tasks) to {args.output}",
+          file=sys.stderr)
     return 0

@@ -1,5 +1,9 @@
 """Schedules without tuning: a heuristic template config for tunable ops, a generic one for the rest.
 
+Heuristic config: every knob at the value its template prefers (`Template.preferences`; for a split knob the
+candidate whose inner factors are closest to the preferred ones); a knob without a preference takes its first
+candidate, or for a split knob the inner factor closest to one vector (CPU) or 4 (CUDA).
+
 Generic schedule of a PrimFunc: TVM's DLight CPU reduction rule when it applies (softmax,
 layer norm: parallel over rows) and the rows are whole vectors, else per block: inline injective producers, fuse
 the leading spatial loops and run them in parallel, vectorise the innermost spatial loop (whole vectors, then a
@@ -11,56 +15,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..space import Config, ConfigSpace
-from ..target import vector_unit
+from ..gpu_limits import check_config
+from ..space import Config, Knob
 from ..task import Task
+from ..templates import Template, space_of
 
 VECTOR = 16  # fp32 lanes of a 512-bit register
 MIN_PARALLEL_WORK = 4096  # loop iterations below which threading costs more than it saves
-
-# Preferred inner factors (innermost first) per split knob, per operator, for vectors of 16 fp32 lanes (AVX-512,
-# 32 registers): register tiles of 8 accumulators (GEMM 4 rows x 2 vectors, conv2d 8 columns x 1 vector).
-SPLIT_PREFS: dict[str, dict[str, tuple[int, ...]]] = {
-    "gemm": {"tile_i": (4, 4), "tile_j": (32, 2), "tile_k": (256,)},
-    "conv2d": {"tile_k": (16, 2), "tile_y": (1,), "tile_x": (8, 1), "tile_c": (32,)},
-    "depthwise_conv2d": {"tile_c": (16,), "tile_y": (1,), "tile_x": (8,)},
-}
-
-
-def _lane_prefs(lanes: int) -> dict[str, dict[str, tuple[int, ...]]]:
-    """The factors that follow the vector width, for narrower vectors (AVX2's 8 lanes and 16 registers): one vector
-    of output channels by 8 columns, and GEMM rows of 3 vectors (4 x 3 = 12 accumulators), as the best configs
-    found by tuning on an AVX2 CPU are; the AVX-512 factors there spill registers."""
-    if lanes >= VECTOR:
-        return {}
-    return {"gemm": {"tile_j": (3 * lanes,)}, "conv2d": {"tile_k": (lanes, 2)},
-            "depthwise_conv2d": {"tile_c": (lanes,)}}
-CHOICE_PREFS: dict[str, dict[str, Any]] = {
-    "gemm": {"mid_order": "ij", "auto_unroll": 64},
-    "conv2d": {"vec_axis": "k", "c0_outer": True, "reduction_order": "c1_r_s", "pad": "root", "auto_unroll": 16},
-    "depthwise_conv2d": {"vec_axis": "c", "input_at": "tile", "auto_unroll": 64},
-}
-
-
-# CUDA templates (4-level spatial tiles block/vthread/thread/inner, innermost first here): 16 x 16 threads of
-# 4 x 4 outputs for GEMMs, 8 x 2 x 8 threads of conv2d outputs, shared tiles 16 deep.
-CUDA_SPLIT_PREFS: dict[str, dict[str, tuple[int, ...]]] = {
-    "gemm": {"tile_i": (4, 16, 1), "tile_j": (4, 16, 1), "tile_k": (4, 4)},
-    "conv2d": {"tile_k": (4, 8, 1), "tile_y": (1, 2, 1), "tile_x": (2, 8, 1), "tile_c": (8,), "tile_r": (3,),
-               "tile_s": (3,)},
-    "depthwise_conv2d": {"tile_c": (1, 4, 1), "tile_y": (2, 4, 1), "tile_x": (2, 8, 1)},
-}
-CUDA_CHOICE_PREFS: dict[str, dict[str, Any]] = {
-    "gemm": {"fetch_vec": 4, "double_buffer": False, "auto_unroll": 512, "unroll_explicit": True},
-    "conv2d": {"auto_unroll": 512, "unroll_explicit": True},
-    "depthwise_conv2d": {"fetch": "shared", "auto_unroll": 512, "unroll_explicit": True},
-}
+CUDA_INNER = 4  # the inner split factor preferred on CUDA where the template states none
 FALLBACK_SAMPLES = 256  # random configs tried for one the target can run when no heuristic one can
-
-
-def _family(op: str) -> str:
-    """Operators that share a template share its preferences."""
-    return {"matmul": "gemm", "dense": "gemm", "batch_matmul": "gemm", "group_conv2d": "conv2d"}.get(op, op)
 
 
 def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:
@@ -68,27 +31,19 @@ def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:
     return sum(abs(math.log2(f) - math.log2(p)) for f, p in zip(inner, prefs))
 
 
-def _pick(knob: Any, family: str, task: Task) -> Any:
-    cuda = task.target_kind == "cuda"
+def _pick(knob: Knob, want: Any, task: Task) -> Any:
+    """The candidate of `knob` closest to the preferred value `want` (None: no preference)."""
     if knob.kind == "split":
-        if cuda:
-            prefs = CUDA_SPLIT_PREFS.get(family, {}).get(knob.name, (4,))
-        else:
-            lanes = vector_unit(task.target)[0] if task.target_kind == "llvm" else VECTOR
-            prefs = (_lane_prefs(lanes).get(family, {}).get(knob.name)
-                     or SPLIT_PREFS.get(family, {}).get(knob.name, (VECTOR,)))
+        prefs = want if want is not None else ((CUDA_INNER,) if task.target_kind == "cuda" else (VECTOR,))
         return min(knob.candidates, key=lambda v: _split_score(v, prefs))
-    want = (CUDA_CHOICE_PREFS if cuda else CHOICE_PREFS).get(family, {}).get(knob.name)
-    if knob.name == "pack_b":  # packing B costs a pass over it: only worth it with enough rows
-        rows = task.shape.get("M", task.shape.get("batch", 1))
-        want = "tile" if rows >= 16 else "none"
     return want if want in knob.candidates else knob.candidates[0]
 
 
-def heuristic_configs(space: ConfigSpace, task: Task, count: int = 8) -> list[Config]:
+def heuristic_configs(template: Template, task: Task, count: int = 8) -> list[Config]:
     """The heuristic config first, then variants of it (one knob changed) as fallbacks."""
-    family = _family(task.op)
-    digits = [knob.candidates.index(_pick(knob, family, task)) for knob in space.knobs]
+    space = space_of(template, task)
+    prefs = template.preferences(task)
+    digits = [knob.candidates.index(_pick(knob, prefs.get(knob.name), task)) for knob in space.knobs]
     out = [space.index_of(digits)]
     for i, knob in enumerate(space.knobs):
         for d in range(len(knob)):
@@ -100,22 +55,20 @@ def heuristic_configs(space: ConfigSpace, task: Task, count: int = 8) -> list[Co
     return [space.get(i) for i in out]
 
 
-def default_candidates(template: Any, task: Task) -> list[Config]:
+def default_candidates(template: Template, task: Task) -> list[Config]:
     """The heuristic configs (on CUDA then a random sample of the space) that the target can run: on a GPU, within
     its limits of threads, shared memory and registers (`gpu_limits.check_config`); [] where none is."""
     import numpy as np
 
-    from ..gpu_limits import check_config
-
-    space = template.define_space(task)
-    candidates = heuristic_configs(space, task)
+    space = space_of(template, task)
+    candidates = heuristic_configs(template, task)
     if task.target_kind == "cuda":
         sample = space.sample(np.random.default_rng(0), FALLBACK_SAMPLES, exclude={c.index for c in candidates})
         candidates += [space.get(i) for i in sample]
     return [cfg for cfg in candidates if check_config(task, template, cfg) is None]
 
 
-def default_template_func(template: Any, task: Task) -> tuple[Any, Config]:
+def default_template_func(template: Template, task: Task) -> tuple[Any, Config]:
     """PrimFunc of the first of the `default_candidates` the template accepts."""
     errors = []
     for cfg in default_candidates(template, task):

@@ -26,6 +26,7 @@ Anything else of these ops is left to TVM, with the reason recorded.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -37,7 +38,9 @@ import numpy as np
 
 from ..errors import AutotuneError
 from ..task import Task, make_task
+from ..templates import resolve
 from .capture import Captured, ExportFailed, ImportFailed, capture
+from .default_schedule import default_candidates
 
 
 @dataclass(frozen=True)
@@ -377,8 +380,6 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     """Site for a tunable call, Skipped for a conv/matmul autotune cannot take, None otherwise.
     `lookup(var)`: the value bound to a variable of the function, if known. A call whose task has no template for
     the target (a grouped convolution on CUDA) is Skipped."""
-    import search_spaces
-
     name = getattr(call.op, "name", "")
     site = {"relax.nn.conv2d": _conv_site, "relax.nn.conv1d": _conv_site, "relax.nn.conv3d": _conv3d_site,
             "relax.nn.conv2d_transpose": _conv_transpose_site, "relax.nn.conv1d_transpose": _conv_transpose_site,
@@ -387,7 +388,7 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     if not isinstance(found, Site):
         return found
     task = found.task
-    ref = search_spaces.DEFAULT_TEMPLATES.get((task.op, task.target_kind))
+    ref = task.opdef.templates.get(task.target_kind)
     if ref is None:
         return Skipped(str(task), f"no {task.target_kind} template for {task.op}")
     if task.target_kind == "cuda" and not _fits_gpu(task, ref):
@@ -395,19 +396,11 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     return found
 
 
-_FITS_GPU: dict[str, bool] = {}  # task key -> whether `_fits_gpu`
-
-
+@functools.lru_cache(maxsize=1024)
 def _fits_gpu(task: Task, ref: str) -> bool:
     """Whether a config of the task's CUDA template fits the GPU (one of the default candidates does; a GEMV of
     batch 1 over 1000 outputs does not: at most 25 threads a block). Such a task is left to TVM's DLight rules."""
-    import search_spaces
-
-    from .default_schedule import default_candidates
-
-    if task.key not in _FITS_GPU:
-        _FITS_GPU[task.key] = bool(default_candidates(search_spaces.resolve(ref), task))
-    return _FITS_GPU[task.key]
+    return bool(default_candidates(resolve(ref), task))
 
 
 def find_sites(mod: Any, target: dict) -> tuple[list[Site], list[Skipped]]:

@@ -3,8 +3,9 @@
 Rounds of `round_trials` trials go to one task at a time. First every task gets one round
 (warm-up, by FLOPs x weight), then the task with the most negative estimated gradient of weighted latency
 (Ansor's task scheduler): a mix of the recent improvement per trial (backward) and an
-optimistic decay of the current best (forward, best / trials). Everything is derived from the
-log, so re-running the same command continues where it stopped.
+optimistic decay of the current best (forward, best / trials). Each task keeps one live tuning session
+(`autotune.session`) across its rounds; every record goes to the log, so re-running the same command
+continues where it stopped.
 """
 
 from __future__ import annotations
@@ -16,10 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cost_models.features import FeatureCache
+
+from ..database import TuningDatabase
 from ..errors import AutotuneError
-from ..records import Record, split_retimes
+from ..records import Record
 from ..retime import RETIMES
+from ..session import Measurer, TuningSession
 from ..task import Task
+from ..transfer import transfer_logs
+from ..tune import ensure_measurable, open_session
+from ..tuners import learns_from_transfer
 from .extract import extract_tasks
 
 if TYPE_CHECKING:
@@ -100,108 +108,80 @@ class ModelTuneResult:
         return "\n".join(lines)
 
 
-def _resume(states: list[TaskState], log: Path, runner: Any, runner_options: RunnerOptions | None) -> None:
-    import search_spaces
-
-    from ..measure import runner_timing
-    from ..tune import resumable_records
-
-    for s in states:
-        ref = search_spaces.default_template_ref(s.task.op, s.task.target_kind)
-        s.add(split_retimes(resumable_records(log, s.task, ref, search_spaces.resolve(ref).version,
-                                              runner_timing(runner, s.task, runner_options)))[0])
-
-
-def _xgb_options(states: list[TaskState], log: Path, transfer: Sequence[str] | None,
-                 tuner_options: dict[str, Any] | None) -> Callable[[TaskState], dict[str, Any]]:
-    """Per round, the xgb tuner's options: transfer from the other tasks' records (the folder's logs, then this
-    log's records of the model's other tasks so far), and one feature cache for all rounds."""
-    from cost_models.features import FeatureCache
-
-    from ..transfer import folder_records, select_transfer
-
-    base = {"cache": FeatureCache(), **(tuner_options or {})}
-    if transfer is not None and not transfer:
-        base["transfer"] = []
-    if "transfer" in base:  # chosen by the caller, or none
-        return lambda state: base
-    folder = folder_records(log, transfer, states[0].task.target_kind) if states else []
-
-    def options(state: TaskState) -> dict[str, Any]:
-        own = [r for s in states if s is not state for r in s.records]
-        return {**base, "transfer": select_transfer(state.task, folder + own)}
-
-    return options
-
-
 def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "llvm", tuner: str = "xgb",
-               inputs: Any = None, round_trials: int = 16, seed: int = 0,
-               tune_fn: Callable[..., Any] | None = None, builder: Any = None, runner: Any = None,
+               inputs: Any = None, round_trials: int = 16, seed: int = 0, builder: Any = None, runner: Any = None,
                runner_options: RunnerOptions | None = None, progress: Callable[[str], None] | None = None,
-               via: str = "auto", transfer: Sequence[str] | None = None, tuner_options: dict[str, Any] | None = None,
-               retime: int = RETIMES, **tune_kwargs: Any) -> ModelTuneResult:
+               via: str = "auto", transfer: Sequence[str] | None = None, tuner_options: Any = None,
+               retime: int = RETIMES, template: str | None = None) -> ModelTuneResult:
     """Tune every task of the model until `trials` trials in total are in the log (resumable).
 
-    `tune_fn` defaults to `autotune.tune.tune`; `builder`/`runner` are shared by all rounds
-    (created here when not given, so worker processes start once; `runner_options` for the one created).
-    `via`: how tasks are extracted (see `extract_tasks`). With the xgb tuner, each round's cost model is
-    pre-trained on the records of the model's other tasks so far and on the logs `transfer` names (None: the
-    other logs beside `log`, as `autotune tune` does; [] turns transfer off); `tuner_options` go to the tuner as
-    they are.
+    Each task has one tuning session for the whole run (its tuner and cost model live across its rounds);
+    `builder`/`runner` are shared by all (made here when not given, `runner_options` for the runner made).
+    `via`: how tasks are extracted (see `extract_tasks`). A tuner that learns from other tasks (xgb) starts from
+    the records of the logs `transfer` names (None: the other logs beside `log`, as `autotune tune` does; []
+    turns transfer off) and of the model's other tasks so far, and before each of its rounds learns the other
+    tasks' newer records; `tuner_options` go to the tuner as they are.
     Once the budget is spent, each task's contenders are timed `retime` more times (see `autotune.retime`).
     """
-    from ..measure import LocalBuilder, LocalRunner
-    from ..tune import ensure_measurable, tune
-    from ..tuners import get_tuner_class
-
     if trials < 1:
         raise AutotuneError("--trials must be >= 1")
-    get_tuner_class(tuner)
+    learns = learns_from_transfer(tuner)
     tasks = extract_tasks(model, inputs, target, via=via)
     if not tasks:
         raise AutotuneError("the model has no tunable operator "
                             "(convolution: 1-d, 2-d, grouped, depthwise, transposed; matmul)")
     log = Path(log)
-    states = [TaskState(t, w) for t, w in tasks]
-    _resume(states, log, runner, runner_options)
-    resumed = sum(s.trials for s in states)
-    tune_fn = tune_fn or tune
-    options_for = _xgb_options(states, log, transfer, tuner_options) if tuner == "xgb" else lambda s: tuner_options
     say = progress or (lambda msg: print(msg, file=sys.stderr))
-    own_builder, own_runner = builder is None, runner is None
-    if own_runner:
+    if runner is None:
         for t, _ in tasks:
             ensure_measurable(t)
-    builder = builder or LocalBuilder()
-    runner = runner or LocalRunner(runner_options)
-    try:
+    transfer_on = learns and transfer != []
+    folder = TuningDatabase.open(transfer_logs(log, transfer)) if transfer_on else TuningDatabase()
+    cache = FeatureCache() if learns else None  # one for every task's tuner: transfer rows are shared
+    with TuningDatabase(log=log) as db, Measurer(builder, runner, runner_options) as measurer:
+        states = [TaskState(t, w) for t, w in tasks]
+        sessions: dict[str, TuningSession] = {}
+        synced: dict[str, int] = {}  # task key -> records in the log when its tuner last learned the others' records
+
+        def session_of(state: TaskState) -> TuningSession:
+            """The task's session; before a round of its tuner, the other tasks' records it has not learned yet."""
+            key = state.task.key
+            if key not in sessions:
+                sessions[key] = open_session(state.task, db, measurer, tuner, template, seed, tuner_options,
+                                             lambda: transfer_of(state.task), cache)
+            elif transfer_on and (made := sessions[key].tuner_if_made()) is not None:
+                if new := [r for r in db.records()[synced[key]:] if r.task.key != key]:
+                    made.add_transfer(new)
+                synced[key] = len(db)
+            return sessions[key]
+
+        def transfer_of(task: Task) -> list[Record]:
+            """What the task's tuner starts from, when it is made: the other tasks' records so far."""
+            synced[task.key] = len(db)
+            return TuningDatabase([*folder, *db]).transfer(task) if transfer_on else []
+
+        for s in states:
+            s.add(session_of(s).trials)
+        resumed = sum(s.trials for s in states)
         while sum(s.trials for s in states) < trials:
             state = pick_task(states, round_trials)
             if state is None:
                 say("every task's search space is exhausted")
                 break
             want = min(round_trials, trials - sum(s.trials for s in states))
-            before = state.trials
-            result = tune_fn(state.task, trials=before + want, tuner=tuner, log=log, seed=seed + before,
-                             batch_size=want, builder=builder, runner=runner, tuner_options=options_for(state),
-                             retime=0, **tune_kwargs)
-            new = result.records[before:] if len(result.records) >= before else []
-            state.add(list(new))
-            if not new or result.stopped == "search space exhausted":
+            session = session_of(state)
+            new = session.search(state.trials + want, batch_size=want)
+            state.add(new)
+            if not new or session.stopped == "search space exhausted":
                 state.exhausted = True
             best = f"{state.best * 1e3:.4f} ms" if math.isfinite(state.best) else "none valid"
             say(f"[{sum(s.trials for s in states)}/{trials}] {state.task} x{state.weight}: "
                 f"+{len(new)} trials, best {best}")
         if retime:
             say(f"timing each task's best configs {retime} more times")
-            for state in (s for s in states if s.trials):  # its trials are all in the log: tune() only re-times
-                best = tune_fn(state.task, trials=state.trials, tuner=tuner, log=log, seed=seed, builder=builder,
-                               runner=runner, retime=retime, **tune_kwargs).best
+            for state in (s for s in states if s.trials):
+                session = sessions[state.task.key]
+                session.retime(retime, seed)
+                best = session.best
                 state.retimed_best = best.result.mean_s if best is not None else None
-    finally:
-        if own_builder:
-            builder.close()
-        if own_runner:
-            runner.close()
     return ModelTuneResult(states, log, resumed, sum(s.trials for s in states) - resumed)
-

@@ -3,15 +3,19 @@
 On a GPU, both skip configs the device cannot run (`gpu_limits.check_config`: threads per block, shared
 memory, registers), as the model-guided tuner does, so that no trial is spent on a config rejected before it
 is compiled (about half or more of uniform random conv2d and matmul configs can break a limit).
+Neither takes options or learns from other tasks' records: `make_tuner`'s options must be None, and its transfer
+records and feature cache are ignored.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Iterable
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..measure_types import MeasureInput, MeasureResult
+from ..measure.types import MeasureInput, MeasureResult
+from ..records import Record
 from ..space import ConfigSpace
 from ..task import Task
 from .base import runnable_filter
@@ -20,7 +24,11 @@ from .base import runnable_filter
 class RandomTuner:
     """Uniform random configs among those the space allows and the target can run, never one proposed before."""
 
-    def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0):
+    options_type: ClassVar[type | None] = None
+    learns_from_transfer: ClassVar[bool] = False
+
+    def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0, options: Any = None,
+                 transfer: Iterable[Record] = (), cache: Any = None):
         self.space = space
         self.rng = np.random.default_rng(seed)
         self.visited: set[int] = set()
@@ -40,11 +48,18 @@ class RandomTuner:
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         self.visited.update(inp.config.index for inp in inputs)
 
+    def add_transfer(self, records: Iterable[Record]) -> None:
+        """Records of other tasks change nothing here."""
+
 
 class GridTuner:
     """Configs in index order, skipping those already measured and those the space does not allow."""
 
-    def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0):
+    options_type: ClassVar[type | None] = None
+    learns_from_transfer: ClassVar[bool] = False
+
+    def __init__(self, task: Task, space: ConfigSpace, template_ref: str, seed: int = 0, options: Any = None,
+                 transfer: Iterable[Record] = (), cache: Any = None):
         self.space = space
         self.cursor = 0
         self.visited: set[int] = set()
@@ -62,3 +77,6 @@ class GridTuner:
 
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         self.visited.update(inp.config.index for inp in inputs)
+
+    def add_transfer(self, records: Iterable[Record]) -> None:
+        """Records of other tasks change nothing here."""

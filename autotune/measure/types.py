@@ -1,24 +1,32 @@
-"""Plain values passed between tuner, builder, runner and log."""
+"""Plain values passed between tuner, builder, runner and log: what is measured, what came of it, and why it failed."""
 
 from __future__ import annotations
 
 import enum
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from .space import Config
-from .task import Task
+from ..space import Config
+from ..task import Task
 
 
 class ErrorKind(str, enum.Enum):
+    """Why a candidate has no costs (records store the value)."""
+
     INVALID_CONFIG = "invalid_config"   # the template rejected the config (illegal schedule)
     COMPILE_ERROR = "compile_error"
     COMPILE_TIMEOUT = "compile_timeout"
     RUNTIME_ERROR = "runtime_error"     # includes a crashed runner process
     RUN_TIMEOUT = "run_timeout"
     WRONG_ANSWER = "wrong_answer"       # output differs from the numpy reference
+
+
+def now() -> float:
+    """The timestamp a result records: seconds since the epoch, to the millisecond."""
+    return round(time.time(), 3)
 
 
 @dataclass(frozen=True)

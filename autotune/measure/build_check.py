@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .measure import LocalBuilder
-from .measure_types import BuildResult, ErrorKind, MeasureInput, error_summary
-from .task import Task
+from ..task import Task
+from ..templates import resolve, space_of
+from .local import LocalBuilder
+from .types import BuildResult, ErrorKind, MeasureInput, error_summary
 
 
 @dataclass
@@ -46,9 +47,7 @@ def build_only(task: Task, trials: int, template_ref: str, seed: int = 0, batch_
     Uniform draws, not the tuners' (which skip what breaks the target's limits): the report says how much of the
     space the filter rejects, and why.
     """
-    import search_spaces
-
-    space = search_spaces.resolve(template_ref).define_space(task)
+    space = space_of(resolve(template_ref), task)
     rng = np.random.default_rng(seed)
     drawn: set[int] = set()
     report = BuildReport()

@@ -1,33 +1,19 @@
-"""Builder and runner: compile candidates in parallel isolated processes, then time them
+"""The local builder and runner: compile candidates in parallel isolated processes, then time them
 one at a time in an isolated runner process, with timeouts and a correctness check."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Sequence
 
-from . import measure_worker
-from .gpu import gpu_facts
-from .measure_types import BuildResult, ErrorKind, MeasureInput, MeasureResult
-from .records import now
-from .target import host_cores
-from .version import versions
-from .workers import CallResult, Worker, WorkerPool
-
-
-class Builder(Protocol):
-    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]: ...
-    def close(self) -> None: ...
-
-
-class Runner(Protocol):
-    threads: int
-    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[MeasureResult]: ...
-    def device(self, target_kind: str) -> dict[str, str]: ...  # what records name of the device (GPU model...)
-    def close(self) -> None: ...
+from ..gpu import gpu_facts
+from ..target import host_cores
+from . import worker
+from .interface import RunnerOptions
+from .pool import CallResult, Worker, WorkerPool
+from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult, now
 
 
 class LocalBuilder:
@@ -47,7 +33,7 @@ class LocalBuilder:
         self._last = [self._dir / f"cand{self._count + k}.so" for k in range(1, len(inputs) + 1)]
         self._count += len(inputs)
         args = [(inp.task, inp.config.index, inp.template, str(path)) for inp, path in zip(inputs, self._last)]
-        return [_to_build_result(c) for c in self._pool.map(measure_worker.build, args, self.timeout)]
+        return [_to_build_result(c) for c in self._pool.map(worker.build, args, self.timeout)]
 
     def close(self) -> None:
         self._pool.close()
@@ -65,28 +51,6 @@ def _to_build_result(call: CallResult) -> BuildResult:
     return BuildResult(None, ErrorKind(kind), message, build_s)
 
 
-@dataclass
-class RunnerOptions:
-    threads: int = 0            # kernel threads; 0 = every core
-    timeout: float = 10.0       # per candidate: load + check + timing
-    repeat: int = 3
-    min_repeat_ms: float = 100.0
-    cache_flush: bool = False
-
-
-def record_versions(runner: Runner, task) -> dict[str, str]:
-    """What the records of `task` measured by `runner` name: autotune, TVM, LLVM and xgboost versions, and the
-    device's facts (for CUDA: the GPU, its driver, CUDA)."""
-    return {**versions(), **runner.device(task.target_kind)}
-
-
-def runner_timing(runner: Runner | None, task, options: RunnerOptions | None = None) -> str:
-    """How `runner` (None: a LocalRunner with `options`, to be created) times the task's kernels, as records say:
-    "flushed" (CPU only: the operands after the first flushed from the cache before every call) or "warm"."""
-    options = getattr(runner, "options", None) if runner is not None else options
-    return "flushed" if options is not None and options.cache_flush and task.target_kind == "llvm" else "warm"
-
-
 class LocalRunner:
     """Times kernels one at a time in one isolated process (nothing else runs while it times)."""
 
@@ -102,8 +66,8 @@ class LocalRunner:
             if b.error is not None:
                 results.append(MeasureResult(None, b.error, b.message, b.build_s, now()))
                 continue
-            call = self._worker.call(measure_worker.run, (b.artifact, inp.task, inp.template, inp.config.index,
-                                                          o.repeat, o.min_repeat_ms, o.cache_flush), o.timeout)
+            call = self._worker.call(worker.run, (b.artifact, inp.task, inp.template, inp.config.index,
+                                                  o.repeat, o.min_repeat_ms, o.cache_flush), o.timeout)
             results.append(_to_measure_result(call, b.build_s))
         return results
 

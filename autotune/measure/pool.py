@@ -20,8 +20,11 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
+ROOT = Path(__file__).resolve().parents[2]  # where `autotune` is importable
+WORKER_MAIN = "autotune.measure._worker_main"  # the module a worker process runs
 IMPORT_TIMEOUT = 300.0  # seconds for a fresh worker to start and import a called function's module
 
 
@@ -80,11 +83,10 @@ def _serve(conn: Connection) -> None:
 
 
 class Worker:
-    """One isolated process (`python -m autotune._worker_main`); `env` is set before it starts."""
+    """One isolated process (`python -m autotune.measure._worker_main`); `env` is set before it starts."""
 
     def __init__(self, env: dict[str, str] | None = None):
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `autotune` is importable
-        path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         self._env = {**os.environ, **(env or {}), "PYTHONPATH": path}
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
@@ -96,7 +98,7 @@ class Worker:
         self.close()
         down_r, down_w = os.pipe()
         up_r, up_w = os.pipe()
-        self._proc = subprocess.Popen([sys.executable, "-m", "autotune._worker_main", str(down_r), str(up_w)],
+        self._proc = subprocess.Popen([sys.executable, "-m", WORKER_MAIN, str(down_r), str(up_w)],
                                       pass_fds=(down_r, up_w), env=self._env, stdin=subprocess.DEVNULL)
         os.close(down_r)
         os.close(up_w)

@@ -11,8 +11,11 @@ import time
 
 import numpy as np
 
-from .ops import check_output, random_inputs, reduction_size
-from .task import Task
+from ..gpu_limits import check_config
+from ..operators import check_output, random_inputs, reduction_size
+from ..target import compile_kernel
+from ..task import Task
+from ..templates import resolve, space_of
 from .timing import time_kernel
 
 WORKER_IMPORTS = ("tvm", "search_spaces")  # a fresh worker imports them before its first call's deadline
@@ -20,19 +23,13 @@ WORKER_IMPORTS = ("tvm", "search_spaces")  # a fresh worker imports them before 
 INPUT_SEED = 0
 
 
-@functools.lru_cache(maxsize=64)
 def _template_and_space(task: Task, template_ref: str):
-    import search_spaces
-
-    template = search_spaces.resolve(template_ref)
-    return template, template.define_space(task)
+    template = resolve(template_ref)
+    return template, space_of(template, task)
 
 
 def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str | None, str, float]:
     """Schedule config `index` of the task's space and export a shared library to out_path."""
-    from .gpu_limits import check_config
-    from .target import compile_kernel
-
     t0 = time.perf_counter()
     template, space = _template_and_space(task, template_ref)
     config = space.get(index)
@@ -42,7 +39,8 @@ def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str
     try:
         mod = template.kernel(task, config)
     except Exception as err:  # the template rejected this config
-        return "invalid_config", f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}", 0.0
+        last_line = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+        return "invalid_config", f"{type(err).__name__}: {last_line}", 0.0
     try:
         compile_kernel(mod, task.target).export_library(out_path)
     except Exception as err:

@@ -16,6 +16,7 @@ options.threads). Servers under one key are assumed identical.
 
 from __future__ import annotations
 
+import argparse
 import os
 import queue
 import threading
@@ -28,15 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from .errors import AutotuneError
-from .measure import RunnerOptions
-from .measure_types import BuildResult, ErrorKind, MeasureInput, MeasureResult
-from .measure_worker import INPUT_SEED, kernel_inputs
-from .ops import check_output, random_inputs, reduction_size
-from .records import now
-from .rpc_services import request_server, tracker_status
-from .task import Task
+from ..errors import AutotuneError
+from ..operators import check_output, random_inputs, reduction_size
+from ..task import Task
+from .interface import RunnerOptions
 from .timing import time_kernel
+from .tracker import DEFAULT_TRACKER, parse_address, request_server, tracker_status
+from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult, now
+from .worker import INPUT_SEED, kernel_inputs
 
 Server = tuple[str, int, str]  # host, port, match key (from the tracker)
 RETRYABLE = (ErrorKind.RUNTIME_ERROR, ErrorKind.RUN_TIMEOUT)
@@ -263,3 +263,21 @@ class RPCRunner:
 
     def close(self) -> None:
         """Nothing to release: sessions end with their candidate (abandoned ones when the server ends them)."""
+
+
+# ---- command-line options --------------------------------------------------------------
+
+def add_rpc_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--rpc-key/--rpc-tracker/--rpc-session-timeout` for `autotune tune` (see `runner_from_args`)."""
+    parser.add_argument("--rpc-key", help="measure on the RPC servers registered under this key (autotune rpc)")
+    parser.add_argument("--rpc-tracker", default=DEFAULT_TRACKER, help="tracker HOST:PORT for --rpc-key")
+    parser.add_argument("--rpc-session-timeout", type=float,
+                        help="seconds one remote measurement may take (default: --timeout + 10)")
+
+
+def runner_from_args(args: argparse.Namespace, options: RunnerOptions) -> RPCRunner | None:
+    """An RPCRunner when --rpc-key was given, else None (measure locally)."""
+    if not args.rpc_key:
+        return None
+    host, port = parse_address(args.rpc_tracker)
+    return RPCRunner(args.rpc_key, host, port, options, session_timeout=args.rpc_session_timeout)

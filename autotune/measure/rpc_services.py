@@ -1,4 +1,4 @@
-"""RPC tracker and servers: start, stop, query, and the `autotune rpc ...` commands.
+"""RPC tracker and servers: start and stop them, and the `autotune rpc ...` commands.
 
 Servers and trackers run in their own session (process group), because TVM runs the real
 server in child processes: `stop` kills the whole group, so nothing is left holding a port.
@@ -19,20 +19,17 @@ import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .errors import AutotuneError
+from ..errors import AutotuneError
+from .pool import ROOT
+from .tracker import DEFAULT_TRACKER, format_status, parse_address, tracker_status, tracker_summary
 
-# The tracker's wire protocol (tvm.rpc.base): a magic number, then length-prefixed JSON messages.
-TRACKER_MAGIC = 0x2F271
-CODE_SUCCESS, CODE_REQUEST, CODE_SUMMARY = 0, 4, 6
-DEFAULT_TRACKER = "127.0.0.1:9190"
-ROOT = Path(__file__).resolve().parents[1]  # where `autotune` is importable
+SERVER_MAIN = "autotune.measure.rpc_services"  # the module a supervised server process runs (this one)
 
 
 # ---- processes ---------------------------------------------------------------------------
@@ -97,7 +94,7 @@ def start_server(tracker: str, key: str, host: str = "127.0.0.1", port: int = 90
     with env={"TVM_NUM_THREADS": "N"}. Use `wait_for_servers` to know when it is registered.
     """
     parse_address(tracker)
-    args = ["autotune.rpc_services", "--host", host, "--port", str(port), "--port-end", str(port_end or port + 100),
+    args = [SERVER_MAIN, "--host", host, "--port", str(port), "--port-end", str(port_end or port + 100),
             "--tracker", tracker, "--key", key]
     return _spawn(args, log, env)
 
@@ -125,97 +122,7 @@ def _log_tail(log: str | Path | None, lines: int = 5) -> str:
     return "\n  " + "\n  ".join(tail) if tail else ""
 
 
-# ---- talking to the tracker --------------------------------------------------------------
-
-def parse_address(text: str) -> tuple[str, int]:
-    """"HOST:PORT" -> (host, port), with a one-line error for anything else."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise AutotuneError(f"bad tracker address {text!r}: expected HOST:PORT, e.g. {DEFAULT_TRACKER}")
-    return host, int(port)
-
-
-def _send(sock: socket.socket, message: Any) -> None:
-    data = json.dumps(message).encode()
-    sock.sendall(struct.pack("<i", len(data)) + data)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by the tracker")
-        buf += chunk
-    return buf
-
-
-def _recv(sock: socket.socket) -> Any:
-    (size,) = struct.unpack("<i", _recv_exact(sock, 4))
-    return json.loads(_recv_exact(sock, size))
-
-
-def _connect(host: str, port: int, timeout: float) -> socket.socket:
-    sock = socket.create_connection((host, port), timeout=timeout)
-    try:
-        sock.sendall(struct.pack("<i", TRACKER_MAGIC))
-        if struct.unpack("<i", _recv_exact(sock, 4))[0] != TRACKER_MAGIC:
-            raise ConnectionError(f"{host}:{port} is not an RPC tracker")
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def tracker_summary(host: str, port: int, timeout: float = 5.0) -> dict[str, Any]:
-    """The tracker's raw summary: {"queue_info": {key: {free, pending}}, "server_info": [...]}."""
-    with _connect(host, port, timeout) as sock:
-        _send(sock, [CODE_SUMMARY])
-        code, summary = _recv(sock)
-    if code != CODE_SUCCESS:
-        raise ConnectionError(f"tracker at {host}:{port} refused the summary request (code {code})")
-    return summary
-
-
-def request_server(host: str, port: int, key: str, timeout: float) -> tuple[str, int, str]:
-    """Ask the tracker for a free server under `key`: (server host, server port, match key).
-
-    Waits up to `timeout` seconds for one to be free (socket.timeout after that).
-    """
-    with _connect(host, port, timeout) as sock:
-        _send(sock, [CODE_REQUEST, key, "", 1])
-        code, (url, server_port, matchkey) = _recv(sock)
-    if code != CODE_SUCCESS:
-        raise ConnectionError(f"tracker at {host}:{port} refused the request for key {key} (code {code})")
-    return url, int(server_port), matchkey
-
-
-def tracker_status(host: str, port: int, timeout: float = 5.0) -> dict[str, Any]:
-    """What the tracker sees: {"keys": {key: {"free", "pending", "servers": ["h:p", ...]}}}."""
-    summary = tracker_summary(host, port, timeout)
-    keys: dict[str, dict[str, Any]] = {}
-    for key, queue in summary.get("queue_info", {}).items():
-        keys[key] = {"free": int(queue.get("free", 0)), "pending": int(queue.get("pending", 0)), "servers": []}
-    for info in summary.get("server_info", []):
-        key = info.get("key", "").split(":", 1)[-1]  # "server:KEY"
-        addr = ":".join(str(x) for x in info.get("addr", ()))
-        keys.setdefault(key, {"free": 0, "pending": 0, "servers": []})["servers"].append(addr)
-    return {"tracker": f"{host}:{port}", "keys": keys}
-
-
-def format_status(status: dict[str, Any]) -> str:
-    """Human-readable `autotune rpc status` output."""
-    keys = {k: v for k, v in status["keys"].items() if v["servers"] or v["pending"]}
-    if not keys:
-        return f"tracker {status['tracker']}: no server registered"
-    lines = [f"tracker {status['tracker']}", f"{'key':<20} {'servers':>7} {'free':>5} {'pending':>7}  addresses"]
-    for key, v in sorted(keys.items()):
-        lines.append(f"{key:<20} {len(v['servers']):>7} {v['free']:>5} {v['pending']:>7}  "
-                     f"{', '.join(sorted(v['servers'])) or '-'}")
-    return "\n".join(lines)
-
-
-# ---- the supervised server (python -m autotune.rpc_services ...) -------------------------
+# ---- the supervised server (python -m autotune.measure.rpc_services ...) -------------------------
 
 def _bind(host: str, port: int, port_end: int) -> tuple[socket.socket, int]:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -285,24 +192,6 @@ def add_rpc_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     return p
 
 
-def add_rpc_runner_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--rpc-key/--rpc-tracker/--rpc-session-timeout` for `autotune tune` (see `runner_from_args`)."""
-    parser.add_argument("--rpc-key", help="measure on the RPC servers registered under this key (autotune rpc)")
-    parser.add_argument("--rpc-tracker", default=DEFAULT_TRACKER, help="tracker HOST:PORT for --rpc-key")
-    parser.add_argument("--rpc-session-timeout", type=float,
-                        help="seconds one remote measurement may take (default: --timeout + 10)")
-
-
-def runner_from_args(args: argparse.Namespace, options: Any) -> Any:
-    """An RPCRunner when --rpc-key was given, else None (measure locally). `options`: RunnerOptions."""
-    if not args.rpc_key:
-        return None
-    from .rpc import RPCRunner  # rpc imports this module
-
-    host, port = parse_address(args.rpc_tracker)
-    return RPCRunner(args.rpc_key, host, port, options, session_timeout=args.rpc_session_timeout)
-
-
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -346,7 +235,7 @@ def cmd_rpc(args: argparse.Namespace) -> int:
 
 
 def _server_main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m autotune.rpc_services", description="supervised TVM RPC server")
+    p = argparse.ArgumentParser(prog=f"python -m {SERVER_MAIN}", description="supervised TVM RPC server")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9090)
     p.add_argument("--port-end", type=int, default=9190)
