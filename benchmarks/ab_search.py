@@ -104,7 +104,8 @@ def run_arm(args, work: Path) -> None:
             for seed in args.seeds:
                 t0 = time.time()
                 res = tune(task, trials=args.trials, tuner=args.tuner, log=tdir / f"{args.arm}-s{seed}.jsonl",
-                           seed=seed, tuner_options=options, transfer=transfer, builder=ReplayBuilder(known, builder, config_index),
+                           seed=seed, tuner_options=options, transfer=transfer,
+                           builder=ReplayBuilder(known, builder, config_index),
                            runner=ReplayRunner(known, runner, config_index), retime=0)
                 print(f"{label} {args.arm} seed {seed}: best {res.best.gflops() if res.best else 0:.1f} GFLOPS "
                       f"({time.time() - t0:.0f} s)", flush=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Protocol, Self
 
 import numpy as np
@@ -63,3 +65,30 @@ def masked_predict(X: np.ndarray, n_features: int, dtype: type, score) -> np.nda
     if keep.any():
         out[keep] = score(X[keep])
     return out
+
+
+def write_model_file(path: str | os.PathLike, file_format: str, version: int, body: dict) -> None:
+    """Save a model as one JSON document, written whole or not at all (a temporary file beside it, then renamed
+    over it: an interrupted save leaves the previous file as it was)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"format": file_format, "version": version, **body}, fh)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_model_file(path: str | os.PathLike, file_format: str, versions: tuple[int, ...], what: str) -> dict:
+    """The JSON document of a saved model of `file_format` at one of `versions`; ValueError (saying what to do)
+    for any other file."""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if doc.get("format") != file_format:
+        raise ValueError(f"{path} is not {what} file")
+    if doc.get("version") not in versions:
+        readable = " and ".join(map(str, versions))
+        raise ValueError(f"{path} was saved by another version of autotune (file version {doc.get('version')}, "
+                         f"this one reads {readable}): retrain it with autotune train-model")
+    return doc

@@ -6,13 +6,12 @@ XGBoost, and it is a baseline for the XGBoost model.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Self
 
 import numpy as np
 
-from .base import masked_predict, relative_throughput
+from .base import masked_predict, read_model_file, relative_throughput, write_model_file
 
 FILE_FORMAT = "autotune-linear-cost-model"
 FILE_VERSION = 1
@@ -76,17 +75,12 @@ class LinearCostModel:
         """One JSON file: parameters and coefficients."""
         if not hasattr(self, "coef_"):
             raise ValueError("cannot save a model that was never fitted")
-        doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "params": self.get_params(),
-               "coef": self.coef_.tolist(), "intercept": self.intercept_}
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh)
+        write_model_file(path, FILE_FORMAT, FILE_VERSION, {"params": self.get_params(), "coef": self.coef_.tolist(),
+                                                           "intercept": self.intercept_})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LinearCostModel:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-        if doc.get("format") != FILE_FORMAT or doc.get("version") != FILE_VERSION:
-            raise ValueError(f"{path} is not a linear cost model file of this version of autotune")
+        doc = read_model_file(path, FILE_FORMAT, (FILE_VERSION,), "a linear cost model")
         model = cls(**doc["params"])
         model.coef_ = np.asarray(doc["coef"], dtype=np.float64)
         model.intercept_ = float(doc["intercept"])

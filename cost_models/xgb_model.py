@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 
-from .base import OBJECTIVES, masked_predict, relative_throughput
+from .base import OBJECTIVES, masked_predict, read_model_file, relative_throughput, write_model_file
 
 XGB_OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}  # one for each of OBJECTIVES
 FILE_FORMAT = "autotune-xgb-cost-model"
@@ -142,24 +141,15 @@ class XGBCostModel:
         """One JSON file: parameters, learned sizes and the boosters (XGBoost's own JSON, as strings)."""
         if not self.fitted:
             raise ValueError("cannot save a model that was never fitted")
-        doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "params": self.get_params(),
-               "n_features_in_": self.n_features_in_, "n_samples_": self.n_samples_,
-               "boosters": [bytes(b.save_raw("json")).decode() for b in self.boosters_]}
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh)
+        write_model_file(path, FILE_FORMAT, FILE_VERSION, {
+            "params": self.get_params(), "n_features_in_": self.n_features_in_, "n_samples_": self.n_samples_,
+            "boosters": [bytes(b.save_raw("json")).decode() for b in self.boosters_]})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> XGBCostModel:
         import xgboost as xgb
 
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-        if doc.get("format") != FILE_FORMAT:
-            raise ValueError(f"{path} is not an autotune cost model file")
-        if doc.get("version") not in READS_VERSIONS:
-            readable = " and ".join(map(str, READS_VERSIONS))
-            raise ValueError(f"{path} was saved by another version of autotune's features (file version "
-                             f"{doc.get('version')}, this one reads {readable}): retrain it with autotune train-model")
+        doc = read_model_file(path, FILE_FORMAT, READS_VERSIONS, "an autotune cost model")
         model = cls(**doc["params"])
         model.boosters_ = []
         for text in doc["boosters"] if "boosters" in doc else [doc["booster"]]:

@@ -273,6 +273,21 @@ def test_linear_model_save_load_round_trip_and_continued_fit(tmp_path):
         LinearCostModel.load(_saved_xgb(tmp_path))
 
 
+def test_an_interrupted_save_leaves_the_previous_model_file_whole(tmp_path, monkeypatch):
+    X, y, g = _linear(100, 2, seed=3)
+    path = tmp_path / "linear.json"
+    LinearCostModel().fit(X, y, g).save(path)
+    before = path.read_bytes()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(json, "dump", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        LinearCostModel(ridge=2.0).fit(X, y, g).save(path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["linear.json"]
+
+
 def _saved_xgb(tmp_path):
     X, y, g = _synthetic(100, 2, seed=8)
     XGBCostModel(n_rounds=3).fit(X, y, g).save(tmp_path / "xgb.json")
