@@ -4,6 +4,7 @@ export-db."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import signal
 import sys
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from cost_models import train_from_records
 
-from .cli_args import add_runner_arguments, add_search_arguments, runner_options, tuner_options
+from .cli_args import add_runner_arguments, add_search_arguments, checked_tuner_options, int_at_least, number_above, \
+    runner_options
 from .database import TuningDatabase
 from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
@@ -27,11 +29,12 @@ from .model.extract import extract_tasks
 from .operators import OPS, default_template_ref
 from .plot import X_AXES, curves, draw, log_labels, model_curve, model_summary, panels, summary
 from .progress import ProgressBar
+from .files import check_log_path, check_output_path
 from .records import config_key, write_log
 from .task import make_task
 from .templates import resolve, space_of
 from .transfer import transfer_records, transfer_summary
-from .tune import default_log_path, ensure_measurable, tune
+from .tune import check_search_arguments, default_log_path, ensure_measurable, tune
 from .tuners import learns_from_transfer
 
 
@@ -53,16 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dtype", default="float32", help="element type (see `autotune ops`)")
     t.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, or a JSON target dict")
     t.add_argument("--arch", help="CUDA arch, e.g. sm_90 (default: the local GPU's, else sm_90)")
-    t.add_argument("--trials", type=int, default=200, help="configs to measure in total (a resumed log counts)")
+    t.add_argument("--trials", type=int_at_least(1), default=200,
+                   help="configs to measure in total (a resumed log counts), at least 1")
     t.add_argument("--tuner", default="xgb", help="random | grid | xgb (default)")
     t.add_argument("--log", help="log file (default: logs/<task_key>.jsonl); re-running resumes it")
-    t.add_argument("--seed", type=int, default=0, help="random seed of the search")
-    t.add_argument("--early-stopping", type=int, help="stop after N trials without improvement")
-    t.add_argument("--batch-size", type=int, default=8,
-                   help="configs built and measured per round (the xgb model is refitted after each)")
+    t.add_argument("--seed", type=int_at_least(0), default=0, help="random seed of the search (>= 0)")
+    t.add_argument("--early-stopping", type=int_at_least(1), metavar="N",
+                   help="stop after N (>= 1) trials without improvement")
+    t.add_argument("--batch-size", type=int_at_least(1), default=8,
+                   help="configs built and measured per round, at least 1 (the xgb model is refitted after each)")
     t.add_argument("--template", help="template reference module:attr (default: the operator's own)")
     add_runner_arguments(t)
-    t.add_argument("--build-timeout", type=float, default=60.0, help="seconds per candidate build")
+    t.add_argument("--build-timeout", type=number_above(0), default=60.0, help="seconds per candidate build, above 0")
     add_search_arguments(t, "other logs beside --log")
     t.add_argument("--cost-model", help="xgb: start from a saved model (autotune train-model)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -122,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     except AutotuneError as err:
         print(f"autotune: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" (writing {err.filename})" if err.filename else ""
+        print(f"autotune: error: the disk is full{where}: every finished measurement is in the log and no file was "
+              "left half-written; free some space and re-run the same command (a tuning run resumes)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(INTERRUPTED_MESSAGE, file=sys.stderr)
         return 130
@@ -138,17 +150,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if wants_dynamic(args):
         return cmd_tune_dynamic(args)
     task = make_task(args.op, args.shape, args.dtype, args.target, arch=args.arch)
-    options = tuner_options(args)  # validates the tuner and its options before any work
-    if args.trials < 1:
-        raise AutotuneError("--trials must be >= 1")
+    options = checked_tuner_options(args)  # validates the tuner and its options before any work
+    check_search_arguments(args.trials, args.batch_size, args.early_stopping, args.seed, args.retime,
+                           args.build_timeout, args.template)
+    if args.template:  # one that does not import, or is another operator's, fails before any work
+        tmpl = resolve(args.template)
+        if (tmpl.op, tmpl.target_kind) != (task.op, task.target_kind):
+            raise AutotuneError(f"template {args.template} is for {tmpl.op}/{tmpl.target_kind}, not {task.op}/"
+                                f"{task.target_kind}")
     if args.build_only:
         return _build_only(task, args)
+    options_run = runner_options(args)  # checks --threads against this machine unless RPC measures
     log = Path(args.log) if args.log else default_log_path(task)
+    check_log_path(log)  # before any work: a regular file or a new name on a filesystem that can be written
     transfer = []
     if learns_from_transfer(args.tuner):
         transfer = transfer_records(task, log, args.transfer)
         print(transfer_summary(task, transfer), file=sys.stderr)
-    options_run = runner_options(args)
     remote = runner_from_args(args, options_run)  # None: measure on this machine
     if remote is None:
         ensure_measurable(task)
@@ -196,6 +214,9 @@ def _open(paths: list[str]):
         if not Path(p).is_file():
             raise AutotuneError(f"log {p} does not exist or is not a file")
     db = TuningDatabase.open(paths)
+    if db.stats.skipped and not db.stats.records:
+        raise AutotuneError(f"no records in {', '.join(paths)}: all {db.stats.skipped} line(s) are corrupt "
+                            "or break the record format; give the log of a tuning run")
     if db.stats.skipped:
         print(f"warning: skipped {db.stats.skipped} corrupt line(s)", file=sys.stderr)
     return db
@@ -209,6 +230,8 @@ def _stale_note(db, key: str) -> str:
 def cmd_best(args: argparse.Namespace) -> int:
     if args.output and any(Path(args.output).resolve() == Path(p).resolve() for p in args.logs):
         raise AutotuneError(f"--output {args.output} is one of the logs read: name another file")
+    if args.output:
+        check_output_path(args.output, "--output")  # before any work: a regular file or a new name, writable
     db = _open(args.logs)
     kept = []
     for key in db.task_keys():
@@ -304,10 +327,16 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_train_model(args: argparse.Namespace) -> int:
+    check_output_path(args.output, "--output")
     db = _open(args.logs)
     records = db.records()
     if not any(r.result.ok for r in records):
-        raise AutotuneError("no valid record to train on")
+        raise AutotuneError(f"no valid record to train on in {', '.join(args.logs)} ({len(records)} records, none "
+                            "measured without error): tune first, or give the logs of a tuning run")
+    if not any(r.result.ok for r in db.records(current=True)):
+        raise AutotuneError(f"no valid record to train on in {', '.join(args.logs)}: every valid record was made by "
+                            "another version of its template, or names a template that does not import here; "
+                            "tune again with this autotune")
     model = train_from_records(db, features=args.features)
     model.save(args.output)
     print(f"trained on {len(records)} records of {len({r.task.key for r in records})} tasks; saved {args.output}")

@@ -19,7 +19,7 @@ from .errors import AutotuneError
 from .records import (RETIME, TIMINGS, LogReadStats, LogWriter, Record, RetimePolicy, best_record, config_key,
                       iter_records, median_record, split_retimes)
 from .task import Task
-from .templates import resolve
+from .templates import resolve_trusted
 
 MAX_TRANSFER_RECORDS = 2000  # records of other tasks a new task's cost model learns from, at most
 
@@ -29,7 +29,8 @@ Logs = str | os.PathLike | Sequence[str | os.PathLike]
 class TuningDatabase:
     """The records of some logs (and of `commit`), indexed by task.
 
-    `log`: where `commit` appends (created on the first commit); the records already in it are read too.
+    `log`: where `commit` appends (locked while the database is open, left out if nothing was committed to a new
+    one); the records already in it are read too.
     A template that no longer imports, or a record made by a version of its template whose configs are not the
     current one's (`Template.reads_records_of`), is *stale*: kept (`records(..., current=False)`), never scored.
     """
@@ -42,7 +43,8 @@ class TuningDatabase:
         self._all: list[Record] = []  # in the order read and committed
         self._by_task: dict[str, list[Record]] = {}
         self._reads: dict[tuple[str, str], bool] = {}  # (template ref, version) -> its records name current configs
-        self._writer: LogWriter | None = None
+        # the log is checked and locked (`records.LogWriter`) before any work: a second run on it is an error
+        self._writer: LogWriter | None = LogWriter(self.log) if self.log is not None else None
         self._add(records)
         if self.log is not None:
             self._add(iter_records(self.log, self.stats))
@@ -56,8 +58,6 @@ class TuningDatabase:
         stats = LogReadStats()
         records: list[Record] = []
         for p in paths:
-            if Path(p).is_dir():
-                raise AutotuneError(f"{p} is a directory, not a log file")
             if log is not None and Path(p).resolve() == Path(log).resolve():
                 continue  # read below, once
             with warnings.catch_warnings():
@@ -207,8 +207,9 @@ def _latest(records: list[Record], n: int) -> list[Record]:
 
 
 def _reads_records_of(template_ref: str, version: str) -> bool:
-    """Whether the template `template_ref` names (False: it no longer imports) reads records of `version`."""
+    """Whether the template `template_ref` names reads records of `version` (False: it no longer imports, or it is
+    not one a log may import, `templates.resolve_trusted`)."""
     try:
-        return resolve(template_ref).reads_records_of(version)
+        return resolve_trusted(template_ref).reads_records_of(version)
     except AutotuneError:
         return False

@@ -6,14 +6,19 @@ new line after it, and the reader skips it with a warning and a count.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import math
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from .errors import AutotuneError
+from .files import check_log_path, is_regular_file, replace_file
 from .measure.types import ErrorKind, MeasureInput, MeasureResult
 from .space import Config
 from .task import Task
@@ -73,19 +78,69 @@ class Record:
 
     @classmethod
     def from_json(cls, line: str) -> Record:
+        """The record of one log line; ValueError (or another exception of a malformed line) for a line that
+        breaks autotune/schemas/record.schema.json, checked by hand (reading a log stays fast)."""
         d = json.loads(line)
-        task = Task.from_dict(d["task"])
+        _check(isinstance(d, dict), "not a JSON object")
+        _check(d.get("format", LOG_FORMAT) == LOG_FORMAT, f"format {d.get('format')!r} is not {LOG_FORMAT}")
+        t = d["task"]
+        _check(isinstance(t, dict) and isinstance(t.get("params"), dict), "task.params is not an object")
+        for name, value in t["params"].items():
+            _check(_is_int(value), f"shape parameter {name}={value!r} is not an integer")
+        task = Task.from_dict(t)
         cfg = d["config"]
+        _check(_is_int(cfg["index"]) and cfg["index"] >= 0, f"config index {cfg['index']!r} is not an integer >= 0")
+        _check(isinstance(cfg["knobs"], dict), "config.knobs is not an object")
+        for name, v in cfg["knobs"].items():
+            _check(isinstance(v, (int, str)) or (isinstance(v, list) and all(map(_is_int, v))),
+                   f"knob {name}={v!r} is not an integer, string, boolean or list of integers")
         knobs = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg["knobs"].items()}
+        ref, version = d["template"]["ref"], d["template"]["version"]
+        _check(isinstance(ref, str) and _TEMPLATE_REF.fullmatch(ref) is not None, f"template ref {ref!r} is not "
+               "module:attribute")
+        _check(isinstance(version, str), "template version is not a string")
         r = d["result"]
+        _check(isinstance(r, dict) and ("costs" in r) != ("error" in r), "result holds neither or both of costs "
+               "and error")
+        build_s, stamp = r.get("build_s", 0.0), r["timestamp"]
+        _check(_is_number(build_s) and build_s >= 0, f"build_s {build_s!r} is not a number >= 0")
+        _check(_is_number(stamp), f"timestamp {stamp!r} is not a finite number")
         if "costs" in r:
-            result = MeasureResult(tuple(float(c) for c in r["costs"]), None, "", r.get("build_s", 0.0), r["timestamp"])
+            costs = r["costs"]
+            _check(isinstance(costs, list) and costs and all(_is_number(c) and c > 0 for c in costs),
+                   f"costs {str(costs)[:40]} are not one or more finite numbers > 0")
+            result = MeasureResult(tuple(float(c) for c in costs), None, "", float(build_s), float(stamp))
+            _check(math.isfinite(task.flops / result.mean_s), f"costs {str(costs)[:40]} are not a measurable time")
         else:
-            result = MeasureResult(None, ErrorKind(r["error"]), r.get("message", ""), r.get("build_s", 0.0),
-                                   r["timestamp"])
-        return cls(MeasureInput(task, Config(int(cfg["index"]), knobs), d["template"]["ref"]), result,
-                   d["template"]["version"], int(d.get("threads", 0)), d.get("versions", {}),
+            message = r.get("message", "")
+            _check(isinstance(message, str), "result message is not a string")
+            result = MeasureResult(None, ErrorKind(r["error"]), message, float(build_s), float(stamp))
+        threads, versions = d.get("threads", 0), d.get("versions", {})
+        _check(_is_int(threads) and threads >= 0, f"threads {threads!r} is not an integer >= 0")
+        _check(isinstance(versions, dict) and all(isinstance(v, str) for v in versions.values()),
+               "versions is not an object of strings")
+        return cls(MeasureInput(task, Config(cfg["index"], knobs), ref), result, version, threads, versions,
                    _timing(d.get("timing", "warm")))
+
+
+_TEMPLATE_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+class RecordError(ValueError):
+    """A log line that is JSON but breaks the record schema."""
+
+
+def _check(ok: object, what: str) -> None:
+    if not ok:
+        raise RecordError(what)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 TIMINGS = {"warm": "warm", "flushed": "with the cache flushed"}  # a record's `timing`, in words
@@ -104,11 +159,15 @@ class LogReadStats:
 
 
 def iter_records(path: str | os.PathLike, stats: LogReadStats | None = None) -> Iterator[Record]:
-    """Records of a log, in order; corrupt or truncated lines are skipped and counted."""
+    """Records of a log, in order; corrupt or truncated lines, and lines that break the record schema
+    (`Record.from_json`), are skipped and counted. A missing log has none; one that is not a regular file is an
+    error (a device or fifo could be read without end)."""
     stats = stats if stats is not None else LogReadStats()
     p = Path(path)
+    if not is_regular_file(p, "log", "read"):
+        return
     try:
-        fh = p.open("r", encoding="utf-8", errors="replace")
+        fh = p.open("r", encoding="utf-8-sig", errors="replace")  # -sig: a byte-order mark is not part of a record
     except FileNotFoundError:
         return
     except OSError as err:
@@ -140,34 +199,76 @@ def load_records(paths: str | os.PathLike | Iterable[str | os.PathLike],
         paths = [paths]
     out: list[Record] = []
     for p in paths:
-        if Path(p).is_dir():
-            raise AutotuneError(f"{p} is a directory, not a log file")
         out.extend(iter_records(p, stats))
     return out
 
 
+DISK_FULL = ("the disk is full: every measurement before this one is in the log {path}; free some space and "
+             "re-run the same command to resume")
+
+
+class LogFullError(AutotuneError):
+    """The log's disk is full; the records written before are whole."""
+
+
 class LogWriter:
-    """Appends records; each line is written whole and flushed (and fsynced) before the next."""
+    """Appends records; each line is written whole and flushed (and fsynced) before the next.
+
+    The log is locked (`fcntl.flock`, exclusive) while the writer is open: a second writer of the same log, in
+    this or another process, is an AutotuneError naming it. Readers do not lock. A line the disk had no room for
+    is cut off again (LogFullError), so the log ends with the last whole record."""
 
     def __init__(self, path: str | os.PathLike, fsync: bool = True):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_log_path(self.path)
         self._fsync = fsync
-        self._fh = self.path.open("ab")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._created = not self.path.exists()
+            self._fh = open(self.path, "ab", buffering=0)  # closed (the lock with it) also if never close()d
+        except OSError as err:
+            raise AutotuneError(f"cannot write log {self.path}: {err.strerror}; name a writable --log") from None
+        try:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._fh.close()
+            raise AutotuneError(f"log {self.path} is in use by another autotune run (it is locked while that run "
+                                "writes it): wait for it to end, or name another --log") from None
+        self._written = False
         # A previous run killed mid-write may have left a partial line: never glue onto it.
-        if self._fh.tell() > 0:
+        if os.fstat(self._fh.fileno()).st_size > 0:
             with self.path.open("rb") as rfh:
                 rfh.seek(-1, os.SEEK_END)
                 if rfh.read(1) != b"\n":
-                    self._fh.write(b"\n")
+                    self._append(b"\n")
+
+    def _append(self, data: bytes) -> None:
+        fd = self._fh.fileno()
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if self._fsync:
+                os.fsync(fd)
+        except OSError as err:
+            try:
+                os.ftruncate(fd, start)  # no partial line
+            except OSError:
+                pass
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise LogFullError(DISK_FULL.format(path=self.path)) from None
+            raise AutotuneError(f"cannot write log {self.path}: {err.strerror}") from None
 
     def write(self, record: Record) -> None:
-        self._fh.write(record.to_json().encode() + b"\n")
-        self._fh.flush()
-        if self._fsync:
-            os.fsync(self._fh.fileno())
+        self._append(record.to_json().encode() + b"\n")
+        self._written = True
 
     def close(self) -> None:
+        if self._fh.closed:
+            return
+        if self._created and not self._written and os.fstat(self._fh.fileno()).st_size == 0:
+            self.path.unlink(missing_ok=True)  # a run that committed nothing leaves no empty log
         self._fh.close()
 
     def __enter__(self) -> LogWriter:
@@ -178,19 +279,10 @@ class LogWriter:
 
 
 def write_log(path: str | os.PathLike, records: Iterable[Record]) -> None:
-    """Write `records` as a new log at `path`, replacing any file there only once all of them are written (a
-    temporary file beside it, fsynced, then renamed over it): an interrupted write leaves the old file whole."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        with LogWriter(tmp) as writer:
-            for r in records:
-                writer.write(r)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write `records` as a new log at `path`, whole or not at all (`files.replace_file`: a symlink is followed,
+    anything but a regular file or a new name is refused, an interrupted write leaves the old file whole)."""
+    records = list(records)
+    replace_file(path, lambda fh: fh.writelines(r.to_json().encode() + b"\n" for r in records), what="log")
 
 
 def config_key(record: Record) -> tuple[str, str, str, int]:

@@ -6,6 +6,7 @@ is a mixed-radix index into the space (the first knob varies slowest) and back.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -39,13 +40,28 @@ class Knob:
         return [float(self.candidates.index(value))]
 
 
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    """The divisors of n in ascending order (found up to its square root: fast for any extent)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return tuple(small + large[::-1])
+
+
 def _factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
+    """Every way to write n as a product of `parts` factors (outermost first), ordered by the product of the inner
+    factors ascending, then likewise within it."""
     if parts == 1:
         return [(n,)]
     out = []
-    for d in range(1, n + 1):
-        if n % d == 0:
-            out += [(n // d,) + rest for rest in _factorizations(d, parts - 1)]
+    for d in _divisors(n):
+        out += [(n // d,) + rest for rest in _factorizations(d, parts - 1)]
     return out
 
 

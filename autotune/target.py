@@ -179,7 +179,25 @@ def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[st
         target.setdefault("arch", default_cuda_arch())
         if not str(target["arch"]).startswith("sm_"):
             raise AutotuneError(f"CUDA arch must look like sm_XX; got {target['arch']!r}")
+    cores = target.get("num-cores")
+    if target["kind"] == "llvm" and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
+        raise AutotuneError(f"target num-cores must be an integer >= 1, not {cores!r}")
+    check_target(json.dumps(target, sort_keys=True))
     return target
+
+
+@functools.lru_cache(maxsize=256)
+def check_target(target_json: str) -> None:
+    """Raise an AutotuneError unless TVM accepts the target (JSON of a target dict): an option its kind does not
+    have, or a value of the wrong type, would otherwise fail every candidate's build."""
+    import tvm
+
+    try:
+        tvm.target.Target(json.loads(target_json))
+    except Exception as err:  # TVM reports a bad option as a ValueError, a malformed value as a TypeError
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        reason = reason.split(" Target creation from config dict failed")[0].replace("ffi.SmallStr", "str")
+        raise AutotuneError(f"TVM does not accept the target {target_json}: {reason}") from None
 
 
 def to_tvm_target(target: dict[str, Any]):

@@ -60,14 +60,17 @@ class Task:
 
 
 def parse_shape(text: str) -> dict[str, int]:
-    """`M=1024,N=512` -> {"M": 1024, "N": 512}."""
+    """`M=1024,N=512` -> {"M": 1024, "N": 512}; a parameter given twice is an AutotuneError."""
     out: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, eq, value = part.partition("=")
+        name = name.strip()
         if not eq:
             raise AutotuneError(f"bad shape item {part!r}: expected name=value, e.g. M=1024")
+        if name in out:
+            raise AutotuneError(f"shape parameter {name} is given twice ({name}={out[name]} and {part}): give it once")
         try:
-            out[name.strip()] = int(value)
+            out[name] = int(value)
         except ValueError:
             raise AutotuneError(f"bad shape value {part!r}: {value!r} is not an integer") from None
     return out

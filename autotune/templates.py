@@ -165,6 +165,26 @@ def resolve(ref: str) -> Template:
     return template
 
 
+def registry_refs() -> frozenset[str]:
+    """Every template the operator registry names (`OpDef.templates` and `ukernel_templates` of each operator)."""
+    from .operators import OPS
+
+    return frozenset(ref for op in OPS.values() for refs in (op.templates, op.ukernel_templates)
+                     for ref in refs.values())
+
+
+def resolve_trusted(ref: str) -> Template:
+    """The template a reference read from a log names, only where importing it runs no code the log chose: a
+    template of the operator registry (`registry_refs`), or one whose module this process has imported already
+    (the template the user named with `--template`, resolved before any log is read). AutotuneError otherwise:
+    the log's records of it are stale (`TuningDatabase.is_current`)."""
+    module = ref.partition(":")[0]
+    if ref not in registry_refs() and module not in sys.modules:
+        raise AutotuneError(f"template {ref!r} is not one of the operator registry's nor named with --template: "
+                            "not imported")
+    return resolve(ref)
+
+
 @functools.lru_cache(maxsize=256)
 def space_of(template: Template, task: Task) -> ConfigSpace:
     """The template's space for a task, defined once per process (define_space may enumerate many
@@ -177,5 +197,5 @@ def default_template(task: Task) -> Template:
     return resolve(default_template_ref(task.op, task.target_kind))
 
 
-__all__ = ["PREPACK", "Relayout", "Template", "default_template", "prim_func", "relayout_array", "resolve",
-           "space_of"]
+__all__ = ["PREPACK", "Relayout", "Template", "default_template", "prim_func", "registry_refs", "relayout_array",
+           "resolve", "resolve_trusted", "space_of"]

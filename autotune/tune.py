@@ -3,6 +3,9 @@ unless given them."""
 
 from __future__ import annotations
 
+import math
+import numbers
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +52,38 @@ class TuneResult:
         return sum(not r.result.ok for r in self.records)
 
 
+TEMPLATE_REF = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")  # module.path:attribute
+
+
+def check_template_ref(ref: str) -> None:
+    """Raise unless `ref` has the form of a template reference, `package.module:attribute`."""
+    if not isinstance(ref, str) or not TEMPLATE_REF.fullmatch(ref):
+        raise AutotuneError(f"bad template reference {ref!r}: expected module:attribute, e.g. "
+                            "search_spaces.matmul:MATMUL_CPU (or leave --template out for the operator's own)")
+
+
+def check_search_arguments(trials: int = 1, batch_size: int = 1, early_stopping: int | None = None, seed: int = 0,
+                           retime: int = 0, build_timeout: float = 1.0, template: str | None = None) -> None:
+    """Raise an AutotuneError naming the valid range for a search argument no run can use: trials and
+    batch_size >= 1, early_stopping None or >= 1, seed and retime >= 0, build_timeout > 0, a template reference
+    of the form module:attribute."""
+    def integer(value: object) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    for name, value, low in (("trials", trials, 1), ("batch_size", batch_size, 1), ("seed", seed, 0),
+                             ("retime", retime, 0)):
+        if not integer(value) or value < low:
+            raise AutotuneError(f"{name} must be an integer >= {low}, not {value!r}")
+    if early_stopping is not None and (not integer(early_stopping) or early_stopping < 1):
+        raise AutotuneError(f"early_stopping must be an integer >= 1 (trials without improvement) or None (off), "
+                            f"not {early_stopping!r}")
+    if isinstance(build_timeout, bool) or not isinstance(build_timeout, numbers.Real) \
+            or not math.isfinite(build_timeout) or build_timeout <= 0:
+        raise AutotuneError(f"build_timeout must be a finite number of seconds > 0, not {build_timeout!r}")
+    if template is not None:
+        check_template_ref(template)
+
+
 def default_log_path(task: Task) -> Path:
     return Path("logs") / f"{task.key}.jsonl"
 
@@ -83,8 +118,10 @@ def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path |
     `tuner_options`: the tuner's options (`autotune.tuners.options_type(tuner)`, None: its defaults);
     `transfer`: records of other tasks a learning tuner starts from."""
     options_type(tuner)  # an unknown tuner fails before any work
+    check_search_arguments(trials, batch_size, early_stopping, seed, retime, build_timeout, template)
     if runner is None:
         ensure_measurable(task)
+        (runner_options or RunnerOptions()).check_local()
     log_path = Path(log) if log else default_log_path(task)
     callbacks: list[Callback] = list(STANDARD)
     if progress:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
-from pathlib import Path
 from typing import Protocol, Self
 
 import numpy as np
@@ -68,16 +68,17 @@ def masked_predict(X: np.ndarray, n_features: int, dtype: type, score) -> np.nda
 
 
 def write_model_file(path: str | os.PathLike, file_format: str, version: int, body: dict) -> None:
-    """Save a model as one JSON document, written whole or not at all (a temporary file beside it, then renamed
-    over it: an interrupted save leaves the previous file as it was)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"format": file_format, "version": version, **body}, fh)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Save a model as one JSON document, written whole or not at all (`autotune.files.replace_file`: an
+    interrupted save leaves the previous file as it was; a symlink is followed; a directory or device is refused)."""
+    from autotune.files import replace_file
+
+    def write(fh) -> None:
+        text = io.TextIOWrapper(fh, encoding="utf-8")
+        json.dump({"format": file_format, "version": version, **body}, text)
+        text.flush()
+        text.detach()
+
+    replace_file(path, write, what="model file")
 
 
 def read_model_file(path: str | os.PathLike, file_format: str, versions: tuple[int, ...], what: str) -> dict:

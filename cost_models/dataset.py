@@ -11,6 +11,7 @@ import numpy as np
 
 from autotune.measure.types import MeasureResult
 from autotune.database import TuningDatabase
+from autotune.errors import AutotuneError
 from autotune.records import Record, median_record
 from autotune.templates import resolve, space_of
 
@@ -61,6 +62,10 @@ def records_dataset(records: Iterable[Record], features: str = "loop", max_per_t
     """
     db = records if isinstance(records, TuningDatabase) else TuningDatabase(records)
     records = db.records(current=True)
+    templates = sorted({r.input.template for r in records})
+    if features == "knob" and len(templates) > 1:
+        raise AutotuneError(f"knob features need records of one template, and these are of {len(templates)} "
+                            f"({', '.join(templates)}): use loop features, or give the logs of one template")
     stale = sorted({r.input.template for r in db if not db.is_current(r)})
     tasks = {r.task.key: r.task for r in records}
     rng = np.random.default_rng(seed)
@@ -84,8 +89,9 @@ def records_dataset(records: Iterable[Record], features: str = "loop", max_per_t
     if not xs:
         return Dataset(np.zeros((0, 0), np.float32), np.zeros(0), np.zeros(0, int), [])
     if len({x.shape[1] for x in xs}) > 1:
-        raise ValueError(f"{features} features of these records have different lengths; use loop features "
-                         "to train on records of several templates")
+        raise AutotuneError(f"{features} features of these records have different lengths (records of "
+                            f"{len({r.input.template for r in records})} templates); use loop features to train "
+                            "on records of several templates")
     return Dataset(np.concatenate(xs), np.concatenate(ys), np.concatenate(gs), keys)
 
 
@@ -102,5 +108,6 @@ def train_from_records(records: Iterable[Record], features: str = "loop", object
     """Fit a cost model on tuning logs (e.g. for `autotune train-model LOGS -o model.json`)."""
     data = records_dataset(records, features, max_per_task, seed)
     if len(data) == 0:
-        raise ValueError("no usable records to train on")
+        raise AutotuneError("no usable records to train on: none was made by a template of this version that "
+                            "imports here with finite features; tune first, or give logs of this autotune")
     return XGBCostModel(objective=objective, features=features, seed=seed, **params).fit(data.X, data.y, data.groups)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 import numpy as np
+
+from autotune.errors import AutotuneError
 
 from .base import OBJECTIVES, masked_predict, read_model_file, relative_throughput, write_model_file
 
@@ -15,6 +18,23 @@ FILE_VERSION = 6  # 2: loop-feature totals are per FLOP of the task; 3: + per-lo
 #                  5: + register tile; 6: a list of boosters (`bag`)
 READS_VERSIONS = (5, 6)  # same features: a version-5 file is a bag of one
 SMALL_FIT_ROWS = 4096
+
+
+def model_file_error(path: str | os.PathLike, err: Exception) -> AutotuneError:
+    """One line for a model file that could not be loaded (`err`: what its reader raised), saying what to do."""
+    path = os.fspath(path)
+    if isinstance(err, json.JSONDecodeError):
+        reason = f"it is not JSON ({err.msg} at line {err.lineno}): it may be empty or cut short"
+    elif isinstance(err, OSError):
+        reason = f"it cannot be read ({err.strerror or err})"
+    else:
+        text = str(err).strip()
+        reason = (text.splitlines()[0] if text else type(err).__name__)
+        if type(err) is ValueError and path in reason:  # read_model_file's own message
+            return AutotuneError(reason if "train-model" in reason else f"{reason}: give a file `autotune "
+                                 "train-model` wrote")
+        reason = f"it is damaged ({type(err).__name__}: {reason})"
+    return AutotuneError(f"cannot load cost model {path}: {reason}; give a file `autotune train-model` wrote")
 
 
 def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
@@ -147,6 +167,16 @@ class XGBCostModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> XGBCostModel:
+        """The model `save` wrote to `path`; an AutotuneError (saying what to do) for any other file."""
+        try:
+            return cls._load(path)
+        except AutotuneError:
+            raise
+        except Exception as err:  # a missing, unreadable or damaged file: whatever its parser raises
+            raise model_file_error(path, err) from None
+
+    @classmethod
+    def _load(cls, path: str | os.PathLike) -> XGBCostModel:
         import xgboost as xgb
 
         doc = read_model_file(path, FILE_FORMAT, READS_VERSIONS, "an autotune cost model")

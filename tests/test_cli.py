@@ -23,6 +23,8 @@ def _run(*args):
                  marks=pytest.mark.slow),  # found after TVM is imported: seconds
     (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--cold-start", "analytic"], "invalid choice: 'analytic'"),
     (["show", "/nonexistent/log.jsonl"], "does not exist"),
+    (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--seed", "-1"], "--seed: must be >= 0, not -1"),
+    (["tune", "matmul", "--shape", "M=64,M=32,N=4,K=4"], "M is given twice"),
     (["best", "/"], "not a file"),
 ])
 def test_bad_input_exits_with_one_line(args, needle):

@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
+from pathlib import Path
 
 import pytest
 
+from autotune import files
 from autotune.cli import main
 from autotune.database import TuningDatabase
+from autotune.errors import AutotuneError
 from autotune.measure.types import ErrorKind, MeasureInput, MeasureResult
 from autotune.operators import default_template_ref
 from autotune.records import Record, RetimePolicy, iter_records
@@ -143,3 +147,55 @@ def _applies(template, task, config) -> bool:
     except Exception:  # noqa: BLE001 - a config the template rejects for this shape
         return False
     return True
+
+
+@pytest.mark.parametrize("kind", ["device", "directory", "fifo"])
+def test_a_log_to_write_that_is_not_a_regular_file_is_refused_before_any_read(tmp_path, kind):
+    path = {"device": "/dev/zero", "directory": str(tmp_path), "fifo": str(tmp_path / "fifo")}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(AutotuneError, match=r"is a directory|is not a regular file"):
+        TuningDatabase(log=path)  # /dev/zero read to the end, or a fifo read, would never return
+
+
+def test_an_unwritable_log_is_one_error_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "_read_only", lambda folder: True)
+    monkeypatch.setattr(files.os, "access", lambda path, mode: False)
+    with pytest.raises(AutotuneError, match=r"cannot write log .*run.jsonl: read-only file system; name a writable"):
+        TuningDatabase(log=tmp_path / "run.jsonl")
+
+
+def test_the_log_is_locked_while_a_database_writes_it_and_an_unused_new_log_is_not_left(tmp_path):
+    log = tmp_path / "run.jsonl"
+    with TuningDatabase(log=log) as db:
+        with pytest.raises(AutotuneError, match=r"run.jsonl is in use by another autotune run"):
+            TuningDatabase(log=log)
+        assert len(TuningDatabase.open([log])) == 0  # reading needs no lock
+    assert not log.exists()  # nothing committed: no empty log
+    with TuningDatabase(log=log) as db:
+        db.commit([_rec(TASK, REF, 1, 2e-5)])
+    assert len(TuningDatabase.open([log])) == 1
+
+
+@pytest.mark.parametrize("case", ["symlink", "device", "directory", "file as folder", "read-only folder"])
+def test_best_output_follows_a_symlink_and_refuses_what_is_not_a_file_in_one_line(case, tmp_path, capsys,
+                                                                                  monkeypatch):
+    log = tmp_path / "run.jsonl"
+    log.write_text(_rec(TASK, REF, 1, 2e-5).to_json() + "\n")
+    real, out = tmp_path / "real.jsonl", tmp_path / "best.jsonl"
+    if case == "symlink":
+        out.symlink_to(real)
+        assert main(["best", str(log), "-o", str(out)]) == 0
+        assert out.is_symlink() and len(list(iter_records(real))) == 1
+        return
+    if case == "read-only folder":
+        monkeypatch.setattr(files, "_read_only", lambda folder: True)
+        monkeypatch.setattr(files.os, "access", lambda path, mode: False)
+    target = {"device": "/dev/null", "directory": str(tmp_path), "file as folder": str(log / "b.jsonl"),
+              "read-only folder": str(out)}[case]
+    assert main(["best", str(log), "-o", target]) == 2
+    out_text, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("autotune: error: ") and not out_text
+    assert {"device": "is not a regular file", "directory": "is a directory", "file as folder": "is not a folder",
+            "read-only folder": "read-only file system"}[case] in err
+    assert Path("/dev/null").is_char_device() and sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]

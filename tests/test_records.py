@@ -1,9 +1,16 @@
+import errno
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from autotune.errors import AutotuneError
 from autotune.measure.types import ErrorKind, MeasureInput, MeasureResult
-from autotune.records import LogReadStats, LogWriter, Record, best_record, load_records
+from autotune.records import (LogFullError, LogReadStats, LogWriter, Record, best_record, iter_records, load_records,
+                              write_log)
 from autotune.space import ConfigSpace, split_knob
 
 
@@ -91,3 +98,77 @@ def test_best_ignores_errors(small_matmul):
     assert best_record(recs[1:2]) is None
     with pytest.raises(ValueError):
         MeasureResult((1.0,), ErrorKind.RUN_TIMEOUT, "", 0, 0)
+
+
+def test_a_second_writer_of_a_log_is_refused_while_the_first_writes(tmp_path, small_matmul):
+    log = tmp_path / "a.jsonl"
+    with LogWriter(log) as w:
+        w.write(_rec(small_matmul, 1, 1e-3))
+        with pytest.raises(AutotuneError, match=r"a.jsonl is in use by another autotune run"):
+            LogWriter(log)
+        assert len(load_records(log)) == 1  # readers do not lock
+    with LogWriter(log) as w:  # the lock went with the first writer
+        w.write(_rec(small_matmul, 2, 1e-3))
+    assert len(load_records(log)) == 2
+
+
+def test_a_full_disk_is_one_error_and_leaves_the_earlier_records_whole(tmp_path, small_matmul, monkeypatch):
+    log = tmp_path / "a.jsonl"
+    w = LogWriter(log)
+    w.write(_rec(small_matmul, 1, 1e-3))
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(LogFullError, match=r"the disk is full: every measurement before this one is in the log .*"
+                                           r"a.jsonl; free some space and re-run the same command to resume"):
+        w.write(_rec(small_matmul, 2, 1e-3))
+    w.close()  # nothing left to flush: no second error
+    monkeypatch.undo()
+    assert log.read_text().count("\n") == 1 and [r.input.config.index for r in load_records(log)] == [1]
+
+
+@pytest.mark.parametrize("kind", ["directory", "device", "fifo"])
+def test_a_log_that_is_not_a_regular_file_is_refused_before_reading_it(tmp_path, kind):
+    path = {"directory": tmp_path, "device": Path("/dev/zero"), "fifo": tmp_path / "fifo"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(AutotuneError, match="is a directory|is not a regular file"):
+        LogWriter(path)
+    with pytest.raises(AutotuneError, match="is a directory|is not a regular file"):
+        list(iter_records(path))
+
+
+def test_a_byte_order_mark_at_the_start_of_a_log_is_not_part_of_its_first_record(tmp_path, small_matmul):
+    log = tmp_path / "a.jsonl"
+    log.write_text("\ufeff" + _rec(small_matmul, 1, 1e-3).to_json() + "\n", encoding="utf-8")
+    assert [r.input.config.index for r in load_records(log)] == [1]
+
+
+def test_write_log_replaces_regular_files_follows_symlinks_and_refuses_the_rest(tmp_path, small_matmul):
+    records = [_rec(small_matmul, 1, 1e-3)]
+    real = tmp_path / "real.jsonl"
+    real.write_text("old\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    write_log(link, records)
+    assert link.is_symlink() and [r.input.config.index for r in load_records(real)] == [1]
+    for bad, why in [(tmp_path, "is a directory"), ("/dev/null", "is not a regular file"),
+                     (real / "x.jsonl", "is not a folder")]:
+        with pytest.raises(AutotuneError, match=why):
+            write_log(bad, records)
+    assert Path("/dev/null").is_char_device()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "real.jsonl"]  # no temporary left
+    write_log(tmp_path / "new" / "folder" / "best.jsonl", records)  # a new folder is made
+    assert len(load_records(tmp_path / "new" / "folder" / "best.jsonl")) == 1
+
+
+def test_write_log_removes_the_temporaries_of_killed_writers(tmp_path, small_matmul):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".out.jsonl.{int(dead.stdout)}.tmp"  # a `best -o out.jsonl` killed mid-write
+    stale.write_text("partial")
+    alive = tmp_path / f".out.jsonl.{os.getppid()}.tmp"  # one of a writer still running stays
+    alive.write_text("partial")
+    write_log(tmp_path / "out.jsonl", [_rec(small_matmul, 1, 1e-3)])
+    assert not stale.exists() and alive.exists() and len(load_records(tmp_path / "out.jsonl")) == 1

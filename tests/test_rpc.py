@@ -14,6 +14,7 @@ from conftest import BUGGY, TINY
 
 from autotune.errors import AutotuneError
 from autotune.measure import LocalBuilder, RunnerOptions
+from autotune.measure.pool import ROOT
 from autotune.measure.rpc import CLIENT_GRACE_S, RPCRunner, add_rpc_runner_arguments, runner_from_args
 from autotune.measure.rpc_services import add_rpc_parser, cmd_rpc, start_server, start_tracker, stop, wait_for_servers
 from autotune.measure.tracker import tracker_status
@@ -212,3 +213,94 @@ def test_tune_arguments_make_a_runner(cluster):
     assert runner_from_args(parser.parse_args([]), OPTIONS) is None
     runner = runner_from_args(parser.parse_args(["--rpc-key", KEY, "--rpc-tracker", cluster.address]), OPTIONS)
     assert isinstance(runner, RPCRunner) and runner.threads == 1 and runner.session_timeout == OPTIONS.timeout + 10
+
+
+@pytest.mark.parametrize("argv", [
+    ["rpc", "tracker", "--host", "0.0.0.0"],
+    ["rpc", "server", "--key", KEY, "--host", "0.0.0.0"],
+    ["rpc", "server", "--key", KEY, "--host", "10.1.2.3", "--tracker", "10.1.2.4:9190"],
+])
+def test_listening_beyond_loopback_needs_allow_remote(argv, capsys):
+    from autotune.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "RPC has no authentication" in err and "--allow-remote" in err, err
+    with pytest.raises(AutotuneError, match="--allow-remote"):
+        start_server("127.0.0.1:9190", KEY, host="::")
+    with pytest.raises(AutotuneError, match="--allow-remote"):
+        start_tracker("0.0.0.0", free_port())
+
+
+def test_loopback_names():
+    from autotune.measure.rpc_services import is_loopback
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "", "10.0.0.1", "no-such-host.invalid"))
+
+
+def _started_child(parent: subprocess.Popen, timeout: float = WAIT_S) -> int:
+    """The pid of the process `autotune rpc ...` started (its only child)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while not (children := psutil.Process(parent.pid).children()):
+        assert time.monotonic() < deadline and parent.poll() is None
+        time.sleep(0.1)
+    return children[0].pid
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slow  # a server and a tracker each start a Python process that imports TVM
+def test_killed_rpc_commands_leave_no_process_behind(cluster, tmp_path):
+    """SIGKILL of `autotune rpc server` (its whole group) ends its server process, which leaves the tracker;
+    the same for `autotune rpc tracker`."""
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    port, key = free_port(), "orphan-check"
+    cli = [sys.executable, "-m", "autotune.cli", "rpc"]
+    server = subprocess.Popen([*cli, "server", "--key", key, "--tracker", cluster.address, "--port", str(port),
+                               "--port-end", str(port + 1)], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tracker_port = free_port()
+    tracker = subprocess.Popen([*cli, "tracker", "--port", str(tracker_port)], env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children = []
+    try:
+        wait_for_servers("127.0.0.1", cluster.port, key, 1, timeout=WAIT_S)
+        children = [_started_child(server), _started_child(tracker)]
+        deadline = time.monotonic() + WAIT_S
+        while True:  # the tracker answers
+            try:
+                tracker_status("127.0.0.1", tracker_port)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        for parent in (server, tracker):
+            os.killpg(parent.pid, signal.SIGKILL)
+            parent.wait()
+        deadline = time.monotonic() + 5
+        while not all(_gone(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_gone(pid) for pid in children)
+        deadline = time.monotonic() + 30  # the tracker drops a server whose connection closed
+        while cluster.servers(key) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cluster.servers(key) == []
+    finally:
+        for pid in children:
+            if not _gone(pid):
+                os.killpg(pid, signal.SIGKILL)
+        for parent in (server, tracker):
+            if parent.poll() is None:
+                os.killpg(parent.pid, signal.SIGKILL)

@@ -77,6 +77,52 @@ def test_bad_target_and_dtype():
 
 def test_parse_shape():
     assert parse_shape("M=1, N=2,K=3") == {"M": 1, "N": 2, "K": 3}
+    with pytest.raises(AutotuneError, match="M is given twice"):
+        parse_shape("M=64,N=2,M=32")
+
+
+def test_a_tensor_beyond_32_bit_indexing_is_refused_at_once():
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(AutotuneError, match="more than the 2,147,483,647"):
+        make_task("matmul", "M=1000000000,N=16,K=16")
+    with pytest.raises(AutotuneError, match="its output"):
+        make_task("conv2d", "N=64,C=1,H=4096,W=4096,K=64,R=1,S=1")
+    assert time.perf_counter() - start < 5
+    assert make_task("matmul", "M=1000000000,N=1,K=1").shape["M"] == 10**9  # 1e9 elements: within the limit
+
+
+def test_factorisations_of_huge_extents_are_fast_and_unchanged():
+    import time
+
+    from autotune.space import _factorizations
+
+    def every(n, parts):  # the definition: every divisor, innermost factors ascending
+        if parts == 1:
+            return [(n,)]
+        return [(n // d,) + rest for d in range(1, n + 1) if n % d == 0 for rest in every(d, parts - 1)]
+
+    for n in (1, 2, 12, 97, 360, 1024, 3136):
+        for parts in (1, 2, 3, 4):
+            assert _factorizations(n, parts) == every(n, parts)
+    start = time.perf_counter()
+    assert len(_factorizations(10**9, 3)) == 55 ** 2 and len(_factorizations(2**31 - 1, 3)) == 3  # a prime
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("target,needle", [
+    ({"kind": "llvm", "num-cores": "x"}, "num-cores must be an integer >= 1, not 'x'"),
+    ({"kind": "llvm", "num-cores": 0}, "num-cores must be an integer >= 1"),
+    ({"kind": "llvm", "bogus": 1}, "Unknown config option 'bogus'"),
+    ({"kind": "llvm", "mattr": "avx2"}, "Option 'mattr'"),
+    ({"kind": "cuda", "arch": "sm_90", "max_num_threads": "a"}, "Option 'max_num_threads'"),
+    ({"kind": "cuda", "arch": "sm_90", "bogus": 1}, "Unknown config option 'bogus'")])
+def test_a_target_tvm_does_not_accept_is_one_error_up_front(target, needle):
+    with pytest.raises(AutotuneError, match=None) as err:
+        parse_target(target)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert parse_target({"kind": "llvm", "num-cores": 1, "mattr": ["+avx2"]})["num-cores"] == 1
 
 
 def _naive_conv(x, w, stride, pad, dil):

@@ -6,12 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli_args import runner_options, tuner_options
+from ..cli_args import checked_tuner_options, int_at_least, runner_options
 from ..database import TuningDatabase
 from ..errors import AutotuneError
+from ..files import check_log_path
 from ..progress import ProgressBar
 from ..transfer import transfer_records
-from ..tune import ensure_measurable
+from ..tune import check_search_arguments, ensure_measurable
 from .dispatch import DynamicKernel
 from .load import compile_ukernels, ukernel_records
 from .spec import parse_dynamic
@@ -23,9 +24,10 @@ def add_dynamic_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dynamic", action="store_true",
                         help="one parameter is a range (e.g. M=1..4096): tune a few uKernels that cover every size; "
                              "--trials is the tallest uKernel's budget")
-    parser.add_argument("--ukernel-trials", type=int,
-                        help="--dynamic: trials of each smaller uKernel (default: --trials/8, at least 2)")
-    parser.add_argument("--max-ukernels", type=int, default=3, help="--dynamic: uKernels to tune at most")
+    parser.add_argument("--ukernel-trials", type=int_at_least(1),
+                        help="--dynamic: trials of each smaller uKernel, at least 1 (default: --trials/8, at least 2)")
+    parser.add_argument("--max-ukernels", type=int_at_least(1), default=3,
+                        help="--dynamic: uKernels to tune at most (>= 1)")
 
 
 def wants_dynamic(args: argparse.Namespace) -> bool:
@@ -37,17 +39,20 @@ def wants_dynamic(args: argparse.Namespace) -> bool:
 
 def cmd_tune_dynamic(args: argparse.Namespace) -> int:
     spec = parse_dynamic(args.op, args.shape, args.dtype, args.target, arch=args.arch)
-    options = tuner_options(args)  # validates the tuner and its options
+    options = checked_tuner_options(args)  # validates the tuner and its options
     if args.trials < 1 or (args.ukernel_trials is not None and args.ukernel_trials < 1):
         raise AutotuneError("--trials and --ukernel-trials must be >= 1")
     if args.max_ukernels < 1:
         raise AutotuneError("--max-ukernels must be >= 1")
+    check_search_arguments(args.trials, args.batch_size, args.early_stopping, args.seed, args.retime,
+                           args.build_timeout, args.template)
     if args.build_only or getattr(args, "rpc_key", None):
         raise AutotuneError("--dynamic measures on this machine only (no --build-only or RPC yet)")
     ensure_measurable(spec.task(spec.lo))
-    log = args.log or str(default_log_path(spec))
-    transfer = transfer_records(spec.task(spec.lo), Path(log), args.transfer)  # seeds, also for model-free tuners
     options_run = runner_options(args)
+    log = args.log or str(default_log_path(spec))
+    check_log_path(log)  # before any work: a regular file or a new name on a filesystem that can be written
+    transfer = transfer_records(spec.task(spec.lo), Path(log), args.transfer)  # seeds, also for model-free tuners
     print(f"tuning {spec} dynamically  log={log}", file=sys.stderr)
     bar: list[ProgressBar] = []
 

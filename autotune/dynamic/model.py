@@ -39,9 +39,11 @@ def dynamic_program(model: Any) -> Any | None:
         return None
     program = model
     if isinstance(model, (str, os.PathLike)) and str(model).endswith((".pt2", ".pt")) and os.path.isfile(model):
+        from ..model.capture import load_program
+
         try:
-            program = torch.export.load(str(model))
-        except Exception:  # noqa: BLE001 - not loadable here: the static path reports it
+            program = load_program(model)  # pickling off
+        except Exception:  # noqa: BLE001 - not loadable here (or refused): the static path reports it
             return None
     if not isinstance(program, torch.export.ExportedProgram):
         return None

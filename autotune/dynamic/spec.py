@@ -69,6 +69,8 @@ def parse_dynamic(op: str, text: str, dtype: str = "float32", target: str | dict
         name, eq, value = (s.strip() for s in part.partition("="))
         if not eq:
             raise AutotuneError(f"bad shape item {part!r}: expected name=value or name=lo..hi, e.g. M=1..4096")
+        if name in fixed or name in ranges:
+            raise AutotuneError(f"shape parameter {name} is given twice ({part} and another): give it once")
         if ".." in value:
             m = _RANGE.match(value)
             if not m:
@@ -87,6 +89,7 @@ def parse_dynamic(op: str, text: str, dtype: str = "float32", target: str | dict
     if not 1 <= lo <= hi:
         raise AutotuneError(f"bad range {split.param}={lo}..{hi}: need 1 <= lo <= hi")
     params = opdef.complete({**fixed, split.param: lo})  # unknown / missing / impossible parameters
+    opdef.complete({**fixed, split.param: hi})  # the tallest size within the limits too
     tgt = parse_target(target, arch=arch)
     ordered = tuple((p, params[p]) for p in opdef.params if p != split.param)
     spec = DynamicSpec(op, split.param, lo, hi, ordered, dtype, json.dumps(tgt, sort_keys=True))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from ..errors import AutotuneError
+from ..target import host_cores
 from ..task import Task
 from ..version import versions
 from .types import BuildResult, MeasureInput, MeasureResult
@@ -27,6 +31,10 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
+def _integer(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 @dataclass
 class RunnerOptions:
     """How a runner times a kernel: threads, a deadline per candidate, repeats, and warm or cache-flushed calls."""
@@ -36,6 +44,28 @@ class RunnerOptions:
     repeat: int = 3
     min_repeat_ms: float = 100.0
     cache_flush: bool = False
+
+    def __post_init__(self) -> None:
+        """Values no runner can use are an AutotuneError naming the valid range (a timeout of 0 or less would
+        fail every candidate; 0 repeats would record every candidate as failed, never measured again)."""
+        if not _integer(self.threads) or self.threads < 0:
+            raise AutotuneError(f"threads must be 0 (every core) or a count of kernel threads >= 1, not "
+                                f"{self.threads!r}")
+        if not _integer(self.repeat) or self.repeat < 1:
+            raise AutotuneError(f"repeat must be an integer >= 1 (timed samples per candidate), not {self.repeat!r}")
+        for name, low, strict in (("timeout", 0.0, True), ("min_repeat_ms", 0.0, False)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+                    or value < low or (strict and value == low):
+                raise AutotuneError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, not "
+                                    f"{value!r}")
+
+    def check_local(self) -> None:
+        """Raise unless this machine can run `threads` kernel threads (a remote runner's servers decide their
+        own count, and the runner checks it when they answer)."""
+        if self.threads > host_cores():
+            raise AutotuneError(f"threads {self.threads} is more than the {host_cores()} core(s) this process may "
+                                f"use: give 0 (every core) or 1 to {host_cores()}")
 
 
 def record_versions(runner: Runner, task: Task) -> dict[str, str]:

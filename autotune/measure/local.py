@@ -3,17 +3,23 @@ one at a time in an isolated runner process, with timeouts and a correctness che
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from ..files import remove_stale
 from ..gpu import gpu_facts
 from ..target import host_cores
 from . import worker
 from .interface import RunnerOptions
 from .pool import CallResult, Worker, WorkerPool
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult, now
+
+
+BUILD_DIR = re.compile(r"autotune-build-(?P<pid>\d+)-\w+")  # a builder's folder in the temporary directory
 
 
 class LocalBuilder:
@@ -23,7 +29,9 @@ class LocalBuilder:
     def __init__(self, workers: int | None = None, timeout: float = 60.0):
         self.timeout = timeout
         self._pool = WorkerPool(workers or host_cores())
-        self._dir = Path(tempfile.mkdtemp(prefix="autotune-build-"))
+        # named by this process: a later builder removes the folders of runs that were killed (kill -9)
+        remove_stale(Path(tempfile.gettempdir()), BUILD_DIR)
+        self._dir = Path(tempfile.mkdtemp(prefix=f"autotune-build-{os.getpid()}-"))
         self._count = 0
         self._last: list[Path] = []
 

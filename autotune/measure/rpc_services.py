@@ -2,8 +2,14 @@
 
 Servers and trackers run in their own session (process group), because TVM runs the real
 server in child processes: `stop` kills the whole group, so nothing is left holding a port.
+Each group also ends with the process that started it (killed with SIGKILL too): its leader
+watches its parent and, on Linux, gets a parent-death signal.
 Kernel threads on a server come from its environment: start it with TVM_NUM_THREADS=N
 (`autotune rpc server --threads N` does that).
+
+Neither has any authentication: whoever reaches a server's port runs native code on its
+machine, and whoever reaches the tracker is handed servers. Both bind to loopback unless
+told otherwise with `allow_remote` (`--allow-remote`).
 
 `autotune rpc server` runs TVM's own server loop (`tvm.rpc.server._listen_loop`) under a
 small supervisor: TVM 0.27 lets a session process that dies (a kernel that segfaults) end
@@ -14,6 +20,8 @@ restarts the loop, so a crashing kernel costs one session, not the server.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ipaddress
 import itertools
 import json
 import os
@@ -21,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +43,36 @@ SERVER_MAIN = "autotune.measure.rpc_services"  # the module a supervised server 
 
 # ---- processes ---------------------------------------------------------------------------
 
+REMOTE_FLAG = "--allow-remote (Python: allow_remote=True)"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) means this machine only: 127.0.0.0/8, ::1, localhost."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found)
+
+
+def check_bind(host: str, allow_remote: bool, what: str) -> None:
+    """Refuse to listen on anything but loopback unless `allow_remote`: TVM's RPC has no authentication."""
+    if not allow_remote and not is_loopback(host):
+        raise AutotuneError(f"{what} --host {host} is reachable from other machines and RPC has no authentication "
+                            f"(whoever reaches it runs code here); use a private network or an SSH tunnel and pass "
+                            f"{REMOTE_FLAG}, or keep 127.0.0.1")
+
+
 def _spawn(args: list[str], log: str | Path | None, env: dict[str, str] | None) -> subprocess.Popen:
-    """`python -m args...` in its own session; output to `log` (None: inherit the terminal)."""
+    """`python -m args...` in its own session, ending with this process; output to `log` (None: inherit the
+    terminal)."""
+    args = [*args, "--parent", str(os.getpid())]
+    if threading.current_thread() is threading.main_thread():  # the signal comes when the spawning thread ends
+        args.append("--parent-death-signal")
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     out = open(log, "ab") if log else None  # noqa: SIM115 - the child keeps the file
     try:
@@ -66,10 +103,11 @@ def stop(process: subprocess.Popen, grace: float = 5.0) -> None:
 
 
 def start_tracker(host: str = "127.0.0.1", port: int = 9190, log: str | Path | None = None,
-                  wait: float = 30.0) -> subprocess.Popen:
-    """Start `tvm.exec.rpc_tracker` on exactly host:port; return once it answers (wait=0: at once)."""
-    proc = _spawn(["tvm.exec.rpc_tracker", "--host", host, "--port", str(port), "--port-end", str(port + 1)],
-                  log, None)
+                  wait: float = 30.0, allow_remote: bool = False) -> subprocess.Popen:
+    """Start TVM's tracker on exactly host:port; return once it answers (wait=0: at once).
+    A host other than loopback needs `allow_remote` (see `check_bind`)."""
+    check_bind(host, allow_remote, "RPC tracker")
+    proc = _spawn([SERVER_MAIN, "tracker", "--host", host, "--port", str(port)], log, None)
     if wait <= 0:
         return proc
     deadline = time.monotonic() + wait
@@ -87,14 +125,17 @@ def start_tracker(host: str = "127.0.0.1", port: int = 9190, log: str | Path | N
 
 
 def start_server(tracker: str, key: str, host: str = "127.0.0.1", port: int = 9090, env: dict[str, str] | None = None,
-                 port_end: int | None = None, log: str | Path | None = None) -> subprocess.Popen:
+                 port_end: int | None = None, log: str | Path | None = None,
+                 allow_remote: bool = False) -> subprocess.Popen:
     """Start a supervised RPC server that registers under `key` at tracker "HOST:PORT".
 
     It binds the first free port in [port, port_end) (default port + 100). Set kernel threads
     with env={"TVM_NUM_THREADS": "N"}. Use `wait_for_servers` to know when it is registered.
+    A host other than loopback needs `allow_remote` (see `check_bind`).
     """
     parse_address(tracker)
-    args = [SERVER_MAIN, "--host", host, "--port", str(port), "--port-end", str(port_end or port + 100),
+    check_bind(host, allow_remote, "RPC server")
+    args = [SERVER_MAIN, "server", "--host", host, "--port", str(port), "--port-end", str(port_end or port + 100),
             "--tracker", tracker, "--key", key]
     return _spawn(args, log, env)
 
@@ -169,20 +210,79 @@ def serve(host: str, port: int, port_end: int, tracker: str, key: str) -> None:
             time.sleep(0.5)
 
 
+def run_tracker(host: str, port: int) -> None:
+    """TVM's tracker on exactly host:port, until killed (what `tvm.exec.rpc_tracker` runs)."""
+    import logging
+
+    from tvm.rpc.tracker import Tracker
+
+    logging.basicConfig(level=logging.INFO)
+    tracker = Tracker(host, port=port, port_end=port + 1)  # held: dropping it stops the tracker
+    tracker.proc.join()
+
+
+def _end_group() -> None:
+    """SIGKILL this process and, when it leads its process group, everything in the group."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def end_with_parent(parent: int, death_signal: bool) -> None:
+    """End this process's group when process `parent` ends, however it ends (SIGKILL included).
+
+    A daemon thread polls the parent's pid; on Linux, with `death_signal`, the kernel also sends SIGTERM the
+    moment the parent (the thread that spawned this process) ends. SIGTERM then ends the whole group too.
+    """
+    me = os.getpid()
+
+    def on_term(signum: int, frame: Any) -> None:
+        if os.getpid() != me:  # a session process forked by TVM inherits this handler: the default action there
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        _end_group()
+
+    signal.signal(signal.SIGTERM, on_term)
+    if death_signal and sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # no prctl: the watching thread still ends the group
+            pass
+    if os.getppid() != parent:  # the parent ended before the signal was set
+        _end_group()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.25)
+        _end_group()
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
+
+
 # ---- `autotune rpc ...` -------------------------------------------------------------------
+
+REMOTE_HELP = ("allow a --host other than loopback: RPC has no authentication, so whoever reaches the port runs "
+               "code on this machine; only on a private network (or use an SSH tunnel and keep 127.0.0.1)")
+
 
 def add_rpc_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `autotune rpc tracker|server|status` to the CLI; dispatch with `cmd_rpc`."""
     p = subparsers.add_parser("rpc", help="RPC tracker and servers for remote measurement")
     sub = p.add_subparsers(dest="rpc_command", required=True)
     t = sub.add_parser("tracker", help="run an RPC tracker in the foreground (Ctrl-C stops it)")
-    t.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    t.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (0.0.0.0: every interface; other than loopback needs --allow-remote)")
     t.add_argument("--port", type=int, default=9190, help="port to listen on")
+    t.add_argument("--allow-remote", action="store_true", help=REMOTE_HELP)
     s = sub.add_parser("server", help="run an RPC server in the foreground (Ctrl-C stops it)")
     s.add_argument("--key", required=True, help="device key clients ask the tracker for, e.g. epyc-2core")
     s.add_argument("--tracker", default=DEFAULT_TRACKER, help="tracker HOST:PORT")
     s.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (the tracker records the address the server connects from)")
+                   help="address to listen on (other than loopback needs --allow-remote); the tracker hands out the "
+                        "address the server connects to it from")
+    s.add_argument("--allow-remote", action="store_true", help=REMOTE_HELP)
     s.add_argument("--port", type=int, default=9090, help="first port to try")
     s.add_argument("--port-end", type=int, help="end of the port range to try (default: PORT+100)")
     s.add_argument("--threads", type=int, default=0, help="kernel threads (sets TVM_NUM_THREADS; 0: inherit)")
@@ -209,14 +309,15 @@ def _foreground(proc: subprocess.Popen) -> int:
 
 
 def cmd_tracker(args: argparse.Namespace) -> int:
-    proc = start_tracker(args.host, args.port)
+    proc = start_tracker(args.host, args.port, allow_remote=args.allow_remote)
     print(f"RPC tracker on {args.host}:{args.port}; Ctrl-C to stop", file=sys.stderr)
     return _foreground(proc)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
     env = {"TVM_NUM_THREADS": str(args.threads)} if args.threads > 0 else None
-    proc = start_server(args.tracker, args.key, args.host, args.port, env=env, port_end=args.port_end)
+    proc = start_server(args.tracker, args.key, args.host, args.port, env=env, port_end=args.port_end,
+                        allow_remote=args.allow_remote)
     return _foreground(proc)
 
 
@@ -235,15 +336,26 @@ def cmd_rpc(args: argparse.Namespace) -> int:
 
 
 def _server_main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog=f"python -m {SERVER_MAIN}", description="supervised TVM RPC server")
+    """`python -m autotune.measure.rpc_services server|tracker ...`: what `start_server`/`start_tracker` run."""
+    p = argparse.ArgumentParser(prog=f"python -m {SERVER_MAIN}", description="supervised TVM RPC server or tracker")
+    p.add_argument("role", choices=("server", "tracker"))
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9090)
     p.add_argument("--port-end", type=int, default=9190)
-    p.add_argument("--tracker", required=True)
-    p.add_argument("--key", required=True)
+    p.add_argument("--tracker")
+    p.add_argument("--key")
+    p.add_argument("--parent", type=int, help="end with this process (pid)")
+    p.add_argument("--parent-death-signal", action="store_true", help="and ask Linux for SIGTERM when it ends")
     a = p.parse_args(argv)
+    if a.parent is not None:
+        end_with_parent(a.parent, a.parent_death_signal)
     try:
-        serve(a.host, a.port, a.port_end, a.tracker, a.key)
+        if a.role == "tracker":
+            run_tracker(a.host, a.port)
+        elif a.tracker is None or a.key is None:
+            p.error("a server needs --tracker and --key")
+        else:
+            serve(a.host, a.port, a.port_end, a.tracker, a.key)
     except AutotuneError as err:
         print(f"autotune: error: {err}", file=sys.stderr)
         sys.exit(2)

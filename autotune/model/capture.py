@@ -3,12 +3,22 @@
 A model is given as `path/to/file.py:factory` (a function returning `(module, example_inputs)`),
 as a saved `torch.export` program (`.pt2`; random example inputs of its input shapes), or
 directly as a `torch.nn.Module` with its inputs, or an `ExportedProgram`.
+
+Both kinds of file are code: `file.py:factory` runs that file, and a `.pt2` can hold pickles, which run code
+when unpickled, AOTInductor libraries, and shape expressions that torch evaluates as Python. `load_program`
+reads a `.pt2` only when it holds none of them (the graph, raw tensors and arithmetic shape expressions, as
+`torch.export.save` writes a plain module), unless `allow_pickle` is given.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
+import logging
+import re
 import warnings
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +88,15 @@ def load_factory(ref: str) -> tuple[Any, tuple]:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
-        raise AutotuneError(f"cannot import {file}: {type(err).__name__}: {err}") from None
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - any failure of user code or of the importer: one line
+        raise AutotuneError(f"cannot import {file}: {_why(err)}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise AutotuneError(f"{file} has no function {attr!r}")
-    result = factory()
+    try:
+        result = factory()
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - user code: any failure (sys.exit too) is one line
+        raise AutotuneError(f"model {ref}: {attr}() raised {_why(err)}") from None
     if not (isinstance(result, tuple) and len(result) == 2):
         raise AutotuneError(f"{ref} must return (module, example_inputs)")
     model, inputs = result
@@ -98,13 +111,123 @@ def _random_like(shape: Sequence[int], dtype: Any, seed: int) -> Any:
     return torch.zeros(*shape, dtype=dtype)
 
 
-def _load_program(path: Path) -> tuple[Any, tuple]:
-    """A saved ExportedProgram and random inputs of its user input shapes."""
+PICKLE_FLAG = "--allow-pickle (Python: allow_pickle=True)"
+# What a symbolic shape expression of a .pt2 may contain: torch.export.load parses each with sympy.sympify,
+# which evaluates it as Python. Symbols, numbers, operators, plain string literals (a symbol's name, in
+# the srepr form torch writes: "Mul(Integer(2), Symbol('s0', positive=True, integer=True))"), keyword
+# arguments and these functions only: no attribute, no subscript, no other name.
+_EXPR_FUNCTIONS = frozenset({
+    "Abs", "Add", "And", "CeilDiv", "CeilToInt", "CleanDiv", "Eq", "Float", "FloatPow", "FloatTrueDiv", "FloorDiv",
+    "FloorToInt", "Ge", "Gt", "Identity", "IntTrueDiv", "Integer", "IsNonOverlappingAndDenseIndicator", "LShift",
+    "Le", "Lt", "Max", "Min", "Mod", "ModularIndexing", "Mul", "Ne", "Not", "Or", "Pow", "PowByNatural", "PythonMod",
+    "RShift", "Rational", "RoundDecimal", "RoundToInt", "Symbol", "ToFloat", "TruncToFloat", "TruncToInt", "Where",
+    "ceiling", "floor", "int_oo", "oo", "sqrt", "true", "false", "True", "False"})
+_EXPR_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+-*/%()<>=!&|~^.,' ")
+
+
+def _safe_expr(text: str) -> bool:
+    """Whether a symbolic shape expression is arithmetic only (see `_EXPR_FUNCTIONS`)."""
+    if not set(text) <= _EXPR_CHARS:
+        return False
+    rest = re.sub(r"'[A-Za-z0-9_.+-]*'", "0", text)  # a symbol's name, a float's digits
+    rest = re.sub(r"(?<![A-Za-z0-9_])\d+(\.\d*)?([eE][+-]?\d+)?", "0", rest)
+    rest = re.sub(r"(?<![A-Za-z0-9_])[a-z_]+=(?!=)", "", rest)  # keyword arguments: positive=True
+    if "." in rest or "'" in rest:  # an attribute, another string
+        return False
+    return all(re.fullmatch(r"[a-z]+\d+", name) or name in _EXPR_FUNCTIONS
+               for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", rest))
+
+
+def _expressions(value: Any) -> list[str]:
+    """Every "expr_str" in a JSON value."""
+    if isinstance(value, dict):
+        own = [value["expr_str"]] if isinstance(value.get("expr_str"), str) else []
+        return own + [e for v in value.values() for e in _expressions(v)]
+    if isinstance(value, list):
+        return [e for v in value for e in _expressions(v)]
+    return []
+
+
+def _unsafe_part(data: bytes) -> str | None:
+    """What in a `.pt2` archive (its bytes) runs code when torch.export.load reads it, or None.
+
+    torch.export.load evaluates each symbolic shape expression as Python (sympy.sympify); it unpickles, with
+    pickling allowed, weights and constants marked `use_pickle`, custom and
+    opaque objects, the legacy `.pt` weight files and the older archive format, and the sample inputs when
+    `torch.load(weights_only=True)` fails on them; it loads AOTInductor libraries (native code).
+    """
     torch = _import_torch()
+    from torch.export.pt2_archive import constants as pt2
+    from torch.export.pt2_archive._package import PT2ArchiveReader
+
     try:
-        program = torch.export.load(str(path))
-    except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
-        raise AutotuneError(f"cannot load exported program {path}: {type(err).__name__}: {err}") from None
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = archive.namelist()
+    except (zipfile.BadZipFile, ValueError) as err:
+        return f"not a torch.export archive ({err})"
+    if any("/" not in name for name in entries):  # the legacy layout (a root "version"): read with pickling on
+        return "an archive in the older torch.export format (pickled)"
+    try:
+        with PT2ArchiveReader(io.BytesIO(data)) as reader:
+            names = reader.get_file_names()
+            if pt2.ARCHIVE_VERSION_PATH not in names:
+                return "not a torch.export archive (no archive_version)"
+            if any(n.startswith(pt2.AOTINDUCTOR_DIR) for n in names):
+                return "an AOTInductor library (native code)"
+            models = [n[len(pt2.MODELS_DIR):-len(".json")] for n in names
+                      if n.startswith(pt2.MODELS_DIR) and n.endswith(".json")]
+            for model in models:
+                for expr in _expressions(json.loads(reader.read_string(f"{pt2.MODELS_DIR}{model}.json"))):
+                    if not _safe_expr(expr):
+                        return f"a shape expression that is not arithmetic ({expr[:60]!r})"
+                if f"{pt2.WEIGHTS_DIR}{model}.pt" in names or f"{pt2.CONSTANTS_DIR}{model}.pt" in names:
+                    return f"pickled weights of {model!r} (legacy .pt files)"
+                for kind, config, raw in (("weight", pt2.WEIGHTS_CONFIG_FILENAME_FORMAT, pt2.WEIGHT_FILENAME_PREFIX),
+                                          ("constant", pt2.CONSTANTS_CONFIG_FILENAME_FORMAT,
+                                           pt2.TENSOR_CONSTANT_FILENAME_PREFIX)):
+                    file = config.format(model)
+                    payloads = json.loads(reader.read_string(file))["config"] if file in names else {}
+                    for fqn, meta in payloads.items():  # raw tensors only: custom and opaque objects are pickles
+                        if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(raw):
+                            return f"a pickled {kind} {fqn!r}"
+                sample = pt2.SAMPLE_INPUTS_FILENAME_FORMAT.format(model)
+                if sample in names:
+                    try:
+                        torch.load(io.BytesIO(reader.read_bytes(sample)), weights_only=True)
+                    except Exception:  # noqa: BLE001 - torch.export.load would unpickle them with pickling on
+                        return "sample inputs that only load with pickling on"
+    except Exception as err:  # noqa: BLE001 - a malformed archive: torch's reader and json raise many kinds
+        return f"not a readable torch.export archive ({_why(err)})"
+    return None
+
+
+def load_program(path: str | Path, allow_pickle: bool = False) -> Any:
+    """The ExportedProgram saved in a `.pt2` file, read with pickling off: an archive that holds pickles,
+    native code or shape expressions other than arithmetic (see `_unsafe_part`) is refused unless
+    `allow_pickle` (the file is then trusted code)."""
+    torch = _import_torch()
+    path = Path(path)
+    if not path.is_file():
+        raise AutotuneError(f"exported program {path} does not exist or is not a file")
+    data = path.read_bytes()  # checked and loaded from the same bytes
+    if not allow_pickle:
+        unsafe = _unsafe_part(data)
+        if unsafe is not None:
+            raise AutotuneError(f"{path} holds {unsafe}, which runs code when loaded; if you trust the file, "
+                                f"load it with {PICKLE_FLAG}")
+    quiet = logging.getLogger("torch.export")  # it logs a traceback before trying the older format
+    was, quiet.disabled = quiet.disabled, True
+    try:
+        return torch.export.load(io.BytesIO(data))
+    except Exception as err:  # noqa: BLE001 - any failure of the deserializer becomes one line
+        raise AutotuneError(f"cannot load exported program {path}: {_why(err)}") from None
+    finally:
+        quiet.disabled = was
+
+
+def _load_program(path: Path, allow_pickle: bool = False) -> tuple[Any, tuple]:
+    """A saved ExportedProgram and random inputs of its user input shapes."""
+    program = load_program(path, allow_pickle)
     return program, _program_inputs(program)
 
 
@@ -118,15 +241,18 @@ def _program_inputs(program: Any) -> tuple:
     return tuple(_random_like(tuple(v.shape), v.dtype, seed=i) for i, v in enumerate(vals))
 
 
-def export_program(model: Any, inputs: Sequence[Any] | None = None) -> tuple[Any, tuple, str]:
-    """(ExportedProgram, example inputs as torch tensors, display name) of any accepted model form."""
+def export_program(model: Any, inputs: Sequence[Any] | None = None,
+                   allow_pickle: bool = False) -> tuple[Any, tuple, str]:
+    """(ExportedProgram, example inputs as torch tensors, display name) of any accepted model form.
+
+    allow_pickle: load a `.pt2` that runs code when loaded (see `load_program`)."""
     torch = _import_torch()
     if isinstance(model, (str, Path)):
         text = str(model)
         if text.endswith((".pt2", ".pt")) and ":" not in Path(text).name:
             if not Path(text).is_file():
                 raise AutotuneError(f"exported program {text} does not exist")
-            program, example = _load_program(Path(text))
+            program, example = _load_program(Path(text), allow_pickle)
             return program, example, Path(text).name
         model, example = load_factory(text)
         name = text
@@ -140,7 +266,7 @@ def export_program(model: Any, inputs: Sequence[Any] | None = None) -> tuple[Any
                             "path/to/file.py:factory or a .pt2 file")
     if inputs is None:
         raise AutotuneError("a torch.nn.Module needs example inputs")
-    example = tuple(torch.as_tensor(x) for x in (inputs if isinstance(inputs, (list, tuple)) else (inputs,)))
+    example = example_tensors(inputs, name)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -150,12 +276,22 @@ def export_program(model: Any, inputs: Sequence[Any] | None = None) -> tuple[Any
     return program, example, name
 
 
-def capture(model: Any, inputs: Sequence[Any] | None = None) -> Captured:
+def example_tensors(inputs: Any, name: str) -> tuple:
+    """A model's example inputs as torch tensors; one that is not a tensor or an array is a one-line error."""
+    torch = _import_torch()
+    try:
+        return tuple(torch.as_tensor(x) for x in (inputs if isinstance(inputs, (list, tuple)) else (inputs,)))
+    except Exception as err:  # noqa: BLE001 - whatever the factory returned
+        raise AutotuneError(f"model {name}: example inputs must be tensors or arrays: {_why(err)}") from None
+
+
+def capture(model: Any, inputs: Sequence[Any] | None = None, allow_pickle: bool = False) -> Captured:
     """Export the model and import it into Relax, weights embedded as constants (decomposed to core ATen and
-    mended where TVM's importer disagrees with PyTorch, as the torch.compile path does: `aten_fixes`)."""
+    mended where TVM's importer disagrees with PyTorch, as the torch.compile path does: `aten_fixes`).
+    allow_pickle: see `load_program`."""
     from .aten_fixes import decompositions, fix_graph
 
-    program, example, name = export_program(model, inputs)
+    program, example, name = export_program(model, inputs, allow_pickle)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

@@ -5,16 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
-from ..cli_args import add_runner_arguments, add_search_arguments, runner_options, tuner_options
+from ..cli_args import add_runner_arguments, add_search_arguments, int_at_least, runner_options, tuner_options
 from ..errors import AutotuneError
 from .build import build_model
+from .capture import load_program
 from .export_db import export_database
 from .extract import collect_tasks, extract_tasks
 from .scheduler import tune_model
 
 TARGET_HELP = "llvm (this CPU), cuda (the local GPU's arch, else sm_90) or a JSON target dict"
-MODEL_HELP = "path/to/file.py:factory (returns (module, example_inputs)) or a saved torch.export .pt2"
+MODEL_HELP = ("path/to/file.py:factory (runs that file; the factory returns (module, example_inputs)) or a saved "
+              "torch.export .pt2 (read with pickling off, see --allow-pickle)")
+PICKLE_HELP = ("load a .pt2 that holds pickles or an AOTInductor library: they run code when loaded, so only for a "
+               "file you trust (refused without this flag)")
 COMPILE_HELP = ("take the tasks of every graph torch.compile captures while running the example inputs "
                 "(for programs torch.export cannot capture whole; used automatically when export fails)")
 
@@ -25,19 +30,22 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("model", help=MODEL_HELP)
     e.add_argument("--target", default="llvm", help=TARGET_HELP)
     e.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    e.add_argument("--allow-pickle", action="store_true", help=PICKLE_HELP)
     e.set_defaults(handler=cmd_extract)
 
     t = subparsers.add_parser("tune-model", help="tune all tasks of a model in one trial budget (resumable)")
     t.add_argument("model", help=MODEL_HELP)
-    t.add_argument("--trials", type=int, required=True, help="trials in total over all tasks (the log's count)")
+    t.add_argument("--trials", type=int_at_least(1), required=True,
+                   help="trials in total over all tasks (the log's count), at least 1")
     t.add_argument("--log", required=True, help="log file shared by all tasks; re-running continues it")
     t.add_argument("--target", default="llvm", help=TARGET_HELP)
     t.add_argument("--tuner", default="xgb", help="random | grid | xgb (default)")
-    t.add_argument("--round-trials", type=int, default=16, help="trials per scheduling round")
-    t.add_argument("--seed", type=int, default=0, help="random seed of the search")
+    t.add_argument("--round-trials", type=int_at_least(1), default=16, help="trials per scheduling round (>= 1)")
+    t.add_argument("--seed", type=int_at_least(0), default=0, help="random seed of the search (>= 0)")
     add_runner_arguments(t)
     t.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     add_search_arguments(t, "the other logs beside --log, and the model's other tasks so far")
+    t.add_argument("--allow-pickle", action="store_true", help=PICKLE_HELP)
     t.set_defaults(handler=cmd_tune_model)
 
     b = subparsers.add_parser("build", help="compile a model with the best schedules in logs")
@@ -45,12 +53,20 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--logs", nargs="*", default=[], help="tuning logs (none: default schedules only)")
     b.add_argument("-o", "--output", required=True, help="shared library to write (load with relax.VirtualMachine)")
     b.add_argument("--target", default="llvm", help=TARGET_HELP)
+    b.add_argument("--allow-pickle", action="store_true", help=PICKLE_HELP)
     b.set_defaults(handler=cmd_build)
 
     d = subparsers.add_parser("export-db", help="write the best schedules as a MetaSchedule JSONDatabase")
     d.add_argument("logs", nargs="+", help="tuning logs (JSONL)")
     d.add_argument("-o", "--output", required=True, help="database directory (work_dir of JSONDatabase)")
     d.set_defaults(handler=cmd_export_db)
+
+
+def _model(args: argparse.Namespace) -> Any:
+    """The MODEL argument; a .pt2 given with --allow-pickle is loaded here, pickles and all."""
+    if args.allow_pickle and str(args.model).endswith((".pt2", ".pt")) and ":" not in Path(args.model).name:
+        return load_program(args.model, allow_pickle=True)
+    return args.model
 
 
 def _check_logs(paths: list[str]) -> None:
@@ -62,13 +78,13 @@ def _check_logs(paths: list[str]) -> None:
 def cmd_extract(args: argparse.Namespace) -> int:
     left: list[str] = []
     if args.compile:
-        collected = collect_tasks(args.model, target=args.target)
+        collected = collect_tasks(_model(args), target=args.target)
         print(f"torch.compile captured {collected.graphs} graphs ({collected.calls} graph calls in one run)")
         for s in collected.skipped:
             print(f"  not imported: {s}")
         tasks, left = collected.tasks, collected.left
     else:
-        tasks = extract_tasks(args.model, target=args.target, left=left)
+        tasks = extract_tasks(_model(args), target=args.target, left=left)
     for line in left:
         print(f"  left to TVM: {line}")
     if not tasks:
@@ -85,17 +101,18 @@ def cmd_extract(args: argparse.Namespace) -> int:
 def cmd_tune_model(args: argparse.Namespace) -> int:
     if args.round_trials < 1:
         raise AutotuneError("--round-trials must be >= 1")
-    result = tune_model(args.model, trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
-                        round_trials=args.round_trials, seed=args.seed, runner_options=runner_options(args),
+    options_run, options = runner_options(args), tuner_options(args)  # checked before the model is loaded
+    result = tune_model(_model(args), trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
+                        round_trials=args.round_trials, seed=args.seed, runner_options=options_run,
                         via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
-                        tuner_options=tuner_options(args))
+                        tuner_options=options)
     print(result.summary())
     return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     _check_logs(args.logs)
-    model = build_model(args.model, logs=args.logs, target=args.target)
+    model = build_model(_model(args), logs=args.logs, target=args.target)
     print(model.report.summary())
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     model.export_library(args.output)

@@ -452,12 +452,14 @@ def resolve_target(target: str | dict) -> dict:
 
 
 def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
-                  via: str = "auto", left: list[str] | None = None) -> list[tuple[Task, int]]:
+                  via: str = "auto", left: list[str] | None = None,
+                  allow_pickle: bool = False) -> list[tuple[Task, int]]:
     """Tunable tasks of a model (reference, module or Captured) with their call counts.
 
     via: "export" (torch.export, the whole program), "compile" (every graph torch.compile captures,
     for programs torch.export cannot take whole or TVM cannot import whole), or "auto" (export, else compile).
     left: if given, gets a line ("what: why") per call of a tunable kind that is left to TVM.
+    allow_pickle: load a `.pt2` that runs code when loaded (see `capture.load_program`).
     """
     if via not in ("export", "compile", "auto"):
         raise AutotuneError(f"via must be export, compile or auto, not {via!r}")
@@ -467,12 +469,16 @@ def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
         return _collected_tasks(collect_tasks(model, inputs, target), left)
     else:
         try:
-            captured = capture(model, inputs)
+            captured = capture(model, inputs, allow_pickle)
         except (ExportFailed, ImportFailed) as err:
             if via == "export":
                 raise
-            print(f"{err}; extracting the graphs torch.compile captures instead", file=sys.stderr)
-            return _collected_tasks(collect_tasks(model, inputs, target), left)
+            try:
+                collected = collect_tasks(model, inputs, target)
+            except AutotuneError as again:  # both ways failed: one line with both reasons
+                raise AutotuneError(f"{err}; through torch.compile: {again}") from None
+            print(f"{err}; extracted the graphs torch.compile captures instead", file=sys.stderr)
+            return _collected_tasks(collected, left)
     sites, skipped = find_sites(captured.mod, resolve_target(target))
     if left is not None:
         left.extend(f"{s.what}: {s.reason}" for s in skipped)
@@ -502,13 +508,15 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
 
     import torch
 
-    from .capture import import_program, load_factory
+    from .capture import _why, import_program, load_factory
     from .fx_graph import Refused, call_key, export_graph, graph_label, static_inputs
     from .partition import split_for_tvm
 
     tgt = resolve_target(target)
+    name = type(model).__name__
     if isinstance(model, (str, Path)):
-        model, example = load_factory(str(model))
+        name = str(model)
+        model, example = load_factory(name)
         inputs = inputs if inputs is not None else example
     if not isinstance(model, torch.nn.Module) or inputs is None:
         raise AutotuneError("extraction through torch.compile needs a torch.nn.Module (or file.py:factory) "
@@ -554,6 +562,9 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
     compiled = torch.compile(model.eval(), backend=backend)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        compiled(*inputs)
+        try:
+            compiled(*inputs)
+        except Exception as err:  # noqa: BLE001 - the model's own code (its forward) failing becomes one line
+            raise AutotuneError(f"model {name}: running it under torch.compile failed: {_why(err)}") from None
     out.tasks = merge_sites(sites)
     return out

@@ -15,12 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cost_models.features import FeatureCache
 
 from ..database import TuningDatabase
 from ..errors import AutotuneError
+from ..measure import RunnerOptions
 from ..records import Record
 from ..retime import RETIMES
 from ..session import Measurer, TuningSession
@@ -30,8 +31,6 @@ from ..tune import ensure_measurable, open_session
 from ..tuners import learns_from_transfer
 from .extract import extract_tasks
 
-if TYPE_CHECKING:
-    from ..measure import RunnerOptions
 
 BACKWARD_WINDOW = 2  # rounds over which the recent improvement is measured
 ALPHA = 0.2  # weight of the backward (observed) gradient against the forward (optimistic) one
@@ -133,6 +132,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
     log = Path(log)
     say = progress or (lambda msg: print(msg, file=sys.stderr))
     if runner is None:
+        (runner_options or RunnerOptions()).check_local()
         for t, _ in tasks:
             ensure_measurable(t)
     transfer_on = learns and transfer != []

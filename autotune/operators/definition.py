@@ -7,6 +7,7 @@ family) or "conv" (convolutions); a zero-padding block, when the convolution pad
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,10 @@ import numpy as np
 from ..errors import AutotuneError
 
 Params = dict[str, int]
+
+# Elements one tensor (an input or the output) may have: TVM indexes buffers with 32-bit integers, and a tensor
+# this large (8 GiB of float32) is beyond what a tuning run can allocate and time many times over.
+MAX_TENSOR_ELEMENTS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,11 @@ class OpDef:
         for dim in self.output_shape(out):
             if dim < 1:
                 raise AutotuneError(f"impossible shape for {self.name}: output would be {self.output_shape(out)}")
+        for what, shape in [*(("input", s) for s in self.input_shapes(out)), ("output", self.output_shape(out))]:
+            if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+                raise AutotuneError(f"shape too large for {self.name}: its {what} {tuple(shape)} has "
+                                    f"{math.prod(shape):,} elements, more than the {MAX_TENSOR_ELEMENTS:,} (2**31 - 1) "
+                                    "a tensor may have (TVM indexes buffers with 32-bit integers)")
         problem = self.check(out)
         if problem:
             raise AutotuneError(f"impossible shape for {self.name}: {problem}")

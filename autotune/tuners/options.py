@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from cost_models.base import OBJECTIVES
+from cost_models.base import OBJECTIVES, CostModel
 from cost_models.features import KINDS
-from cost_models.registry import COST_MODELS, DEFAULT_COST_MODEL
+from cost_models.registry import COST_MODELS, DEFAULT_COST_MODEL, cost_model_class
+from cost_models.xgb_model import model_file_error
 
 from ..errors import AutotuneError
 
@@ -98,4 +100,25 @@ class XGBOptions:
                 raise AutotuneError(f"xgb option {name} must be above 0, not {getattr(self, name)}")
         if self.batch_size is not None and self.batch_size < 1:
             raise AutotuneError(f"xgb option batch_size must be at least 1 (or None), not {self.batch_size}")
+
+    def saved_model(self) -> CostModel | None:
+        """The model `cost_model` names, loaded (None: no cost_model); an AutotuneError saying what to do when
+        the file is missing, not a model of `model_kind`, or trained on other features than `features`."""
+        if self.cost_model is None:
+            return None
+        path = os.fspath(self.cost_model)
+        if not os.path.exists(path):
+            raise AutotuneError(f"cost model {path} does not exist: give a file `autotune train-model` wrote")
+        if not os.path.isfile(path):
+            raise AutotuneError(f"cost model {path} is not a file: give a file `autotune train-model` wrote")
+        try:
+            model = cost_model_class(self.model_kind).load(path)
+        except AutotuneError:
+            raise
+        except Exception as err:  # an unreadable or damaged file: whatever its parser raises
+            raise model_file_error(path, err) from None
+        if model.features != self.features:
+            raise AutotuneError(f"cost model {path} was trained on {model.features} features, not {self.features}: "
+                                f"give --features {model.features} or a model trained on {self.features} features")
+        return model
 
