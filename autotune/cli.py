@@ -224,7 +224,8 @@ def _open(paths: list[str]):
 
 def _stale_note(db, key: str) -> str:
     stale = db.stale(key)
-    return f" ({stale} records made by other versions of its template: not counted)" if stale else ""
+    return (f" ({stale} records made by other versions of its template, or by a template not trusted here (see "
+            "AUTOTUNE_TEMPLATES): not counted)") if stale else ""
 
 
 def cmd_best(args: argparse.Namespace) -> int:

@@ -80,7 +80,8 @@ def build_best(log: str | os.PathLike | Sequence[str | os.PathLike] | TuningData
     best = db.best(task)
     if best is None:
         stale = db.stale(task)
-        stale = f" ({stale} made by other versions of its template: tune it again)" if stale else ""
+        stale = (f" ({stale} made by other versions of its template, or by a template not trusted here: tune it "
+                 "again, or list your template's module in AUTOTUNE_TEMPLATES)") if stale else ""
         where = "the records" if isinstance(log, TuningDatabase) else log
         raise AutotuneError(f"no valid record for {task} (key {task.key}) in {where}{stale}")
     kernel = compile_config(task, best.input.config.index, best.input.template)

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -173,15 +174,20 @@ def registry_refs() -> frozenset[str]:
                      for ref in refs.values())
 
 
+TRUSTED_ENV = "AUTOTUNE_TEMPLATES"  # modules of the user's own templates that logs may name, comma-separated
+
+
 def resolve_trusted(ref: str) -> Template:
     """The template a reference read from a log names, only where importing it runs no code the log chose: a
-    template of the operator registry (`registry_refs`), or one whose module this process has imported already
-    (the template the user named with `--template`, resolved before any log is read). AutotuneError otherwise:
-    the log's records of it are stale (`TuningDatabase.is_current`)."""
+    template of the operator registry (`registry_refs`), one whose module this process has imported already (the
+    template the user named with `--template`, resolved before any log is read), or one whose module the user
+    lists in the environment variable AUTOTUNE_TEMPLATES. AutotuneError otherwise: the log's records of it are
+    stale (`TuningDatabase.is_current`)."""
     module = ref.partition(":")[0]
-    if ref not in registry_refs() and module not in sys.modules:
-        raise AutotuneError(f"template {ref!r} is not one of the operator registry's nor named with --template: "
-                            "not imported")
+    listed = {m.strip() for m in os.environ.get(TRUSTED_ENV, "").split(",") if m.strip()}
+    if ref not in registry_refs() and module not in sys.modules and module not in listed:
+        raise AutotuneError(f"template {ref!r} is not one of the operator registry's, nor named with --template, "
+                            f"nor listed in {TRUSTED_ENV}: not imported")
     return resolve(ref)
 
 
@@ -197,5 +203,6 @@ def default_template(task: Task) -> Template:
     return resolve(default_template_ref(task.op, task.target_kind))
 
 
-__all__ = ["PREPACK", "Relayout", "Template", "default_template", "prim_func", "registry_refs", "relayout_array",
+__all__ = ["PREPACK", "Relayout", "TRUSTED_ENV", "Template", "default_template", "prim_func", "registry_refs",
+           "relayout_array",
            "resolve", "resolve_trusted", "space_of"]

@@ -132,4 +132,26 @@ def test_a_template_a_log_names_is_not_imported_and_its_records_are_stale(good, 
     assert main(["best", str(log)]) == 0 and main(["show", str(log)]) == 0
     out, err = capsys.readouterr()
     assert "this" not in sys.modules and "Beautiful is better" not in out + err
-    assert "config #1 " in out and "(1 records made by other versions of its template: not counted)" in out
+    assert "config #1 " in out
+    assert "(1 records made by other versions of its template, or by a template not trusted here" in out
+
+
+def test_a_template_module_the_user_lists_in_autotune_templates_is_imported(tmp_path, monkeypatch):
+    """The user's own template module, named by a log, is imported once the user lists it (and not before)."""
+    from autotune.errors import AutotuneError
+    from autotune.templates import TRUSTED_ENV, resolve_trusted
+
+    (tmp_path / "listed_template_module.py").write_text(
+        "import pathlib\nfrom tests.fake_templates import TINY_MATMUL as T\n"
+        "pathlib.Path(__file__).with_name('imported').write_text('yes')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(TRUSTED_ENV, raising=False)
+    with pytest.raises(AutotuneError, match=TRUSTED_ENV):
+        resolve_trusted("listed_template_module:T")
+    assert not (tmp_path / "imported").exists()
+    monkeypatch.setenv(TRUSTED_ENV, "some_other_module, listed_template_module")
+    try:
+        assert resolve_trusted("listed_template_module:T").op == "matmul"
+        assert (tmp_path / "imported").read_text() == "yes"
+    finally:
+        sys.modules.pop("listed_template_module", None)
