@@ -30,15 +30,24 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     """The file that writing output `path` replaces: `path`, or the file its symlinks end at; AutotuneError (one
     line) unless that is a regular file or a new name in a folder this process can write (or make)."""
     target = _regular_or_new(Path(path), what)
-    folder = target.parent
-    while not folder.exists():  # the nearest folder that exists decides whether the file can be made
+    folder = _nearest_folder(target.parent, what, path)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise AutotuneError(f"cannot write {what} {path}: {_denied(folder)} in {folder}")
+    return target
+
+
+def _nearest_folder(start: Path, what: str, path: str | os.PathLike) -> Path:
+    """The nearest existing folder at or above `start`: it decides whether a file below it can be made."""
+    folder = start
+    while not folder.exists():
         folder = folder.parent
     if not folder.is_dir():
         raise AutotuneError(f"cannot write {what} {path}: {folder} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        reason = "read-only file system" if _read_only(folder) else "permission denied"
-        raise AutotuneError(f"cannot write {what} {path}: {reason} in {folder}")
-    return target
+    return folder
+
+
+def _denied(folder: Path) -> str:
+    return "read-only file system" if _read_only(folder) else "permission denied"
 
 
 def is_regular_file(path: str | os.PathLike, what: str, verb: str) -> bool:
@@ -115,27 +124,12 @@ def replace_file(path: str | os.PathLike, write: Callable[[BinaryIO], None], wha
 def check_log_path(path: str | os.PathLike) -> None:
     """AutotuneError (one line) unless a log can be appended at `path`: a regular file (or a symlink to one) or a
     new name in a folder that can be made, on a filesystem that can be written."""
-    p = Path(path)
-    target = Path(os.path.realpath(p))
-    try:
-        mode = target.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        mode = None
-    except OSError as err:
-        raise AutotuneError(f"cannot use log {p}: {err.strerror}") from None
-    if mode is not None and stat.S_ISDIR(mode):
-        raise AutotuneError(f"log {p} is a directory: name a file (e.g. {p}/run.jsonl)")
-    if mode is not None and not stat.S_ISREG(mode):
-        raise AutotuneError(f"log {p} is not a regular file (a device, fifo or socket): name a file")
-    folder = target if mode is None else target.parent
-    while not folder.exists():  # the nearest folder that exists decides whether the log can be made
-        folder = folder.parent
-    if not folder.is_dir():
-        raise AutotuneError(f"cannot write log {p}: {folder} is not a folder")
-    writable = os.access(target, os.W_OK) if mode is not None else os.access(folder, os.W_OK | os.X_OK)
+    target = Path(os.path.realpath(path))
+    exists = is_regular_file(target, "log", "use")
+    folder = _nearest_folder(target.parent, "log", path)
+    writable = os.access(target, os.W_OK) if exists else os.access(folder, os.W_OK | os.X_OK)
     if not writable:
-        reason = "read-only file system" if _read_only(folder) else "permission denied"
-        raise AutotuneError(f"cannot write log {p}: {reason}; name a writable --log")
+        raise AutotuneError(f"cannot write log {path}: {_denied(folder)}; name a writable --log")
 
 
 def _read_only(folder: Path) -> bool:

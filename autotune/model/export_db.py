@@ -37,7 +37,6 @@ elementwise operators computed where the result is written back (`meta_schedule.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,6 @@ from typing import Any
 
 from ..database import TuningDatabase
 from ..errors import AutotuneError
-from ..records import load_records
 from ..space import Config
 from ..target import to_tvm_target
 from ..task import Task
@@ -71,10 +69,7 @@ def export_database(logs: Sequence[str | os.PathLike], work_dir: str | os.PathLi
     the schedule replays on; returns, per task, what was written and why the rest was not."""
     from tvm.s_tir import meta_schedule as ms
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        records = load_records(list(logs))
-    best = TuningDatabase.of(records).best_by_task()
+    best = TuningDatabase.open(list(logs)).best_by_task()
     if not best:
         raise AutotuneError(f"no valid record (of a current template version) in {', '.join(map(str, logs))}")
     Path(work_dir).mkdir(parents=True, exist_ok=True)
