@@ -117,7 +117,8 @@ class Config:
         return self.knobs[name]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "knobs": {k: list(v) if isinstance(v, tuple) else v for k, v in self.knobs.items()}}
+        knobs = {k: list(v) if isinstance(v, tuple) else v for k, v in self.knobs.items()}
+        return {"index": self.index, "knobs": knobs}
 
 
 @dataclass(frozen=True)

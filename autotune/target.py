@@ -35,6 +35,12 @@ def host_cores() -> int:
     return _HOST_CORES
 
 
+def kernel_threads(target: dict[str, Any]) -> int:
+    """Threads a CPU kernel's parallel loops run on: TVM_NUM_THREADS where set, else the target's `num-cores`."""
+    env = os.environ.get("TVM_NUM_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else int(target.get("num-cores") or host_cores())
+
+
 def use_target_threads(target: dict[str, Any]) -> None:
     """Run this process's CPU kernels on the target's `num-cores` threads, as the tuner measured them.
 
@@ -45,7 +51,7 @@ def use_target_threads(target: dict[str, Any]) -> None:
     """
     if target.get("kind") != "llvm" or "TVM_NUM_THREADS" in os.environ:
         return
-    want = int(target.get("num-cores") or host_cores())
+    want = kernel_threads(target)
     os.environ["TVM_NUM_THREADS"] = str(want)
     import tvm
 

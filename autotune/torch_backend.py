@@ -24,7 +24,9 @@ import torch
 
 from .database import TuningDatabase
 from .errors import AutotuneError
-from .model.fx_graph import Exported, Refused, call_key, export_graph, graph_label, one_line, static_inputs
+from .model.fx_graph import (Exported, Refused, call_key, export_graph, graph_identity, graph_label, one_line,
+                             static_inputs)
+from .model.library import torch_caller
 from .model.partition import split_for_tvm, written_inputs
 
 BACKEND_NAME = "autotune"
@@ -52,6 +54,7 @@ class BackendStats:
 
 STATS = BackendStats()
 _BUILDS: dict[str, Any] = {}  # level-2 cache: exported graph + shapes + weights -> BuiltModel
+_SEEN: dict[tuple, tuple[Any, list[int]]] = {}  # before the export: graph identity + call key -> (BuiltModel, user)
 _RECORDS: dict[tuple, TuningDatabase] = {}
 
 
@@ -63,6 +66,7 @@ def builds() -> list[Any]:
 def clear_cache() -> None:
     """Forget every build and reset the counters (Dynamo's own caches are torch._dynamo.reset())."""
     _BUILDS.clear()
+    _SEEN.clear()
     _RECORDS.clear()
     STATS.graphs = STATS.builds = STATS.hits = STATS.fallbacks = STATS.eager_graphs = STATS.splits = 0
     STATS.reasons.clear()
@@ -108,21 +112,13 @@ class Settings:
 
 # ---- running a graph ----------------------------------------------------------------------
 
-def _as_torch(x: Any) -> Any:
-    return x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
-
-
 def tvm_runner(built: Any, user: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
-    """Call a BuiltModel on the graph's arguments: torch tensors in and out by DLPack, no copies."""
-    want = [(s.shape, s.dtype) for s in built.inputs]
+    """Call a BuiltModel on the graph's arguments: torch tensors in and out by DLPack, no copies. TVM's VM checks
+    each input's shape and dtype (never wrong through the cache keys; a build that raises runs eagerly)."""
+    call = torch_caller(built.vms())
 
     def run(args: Sequence[Any]) -> list[Any]:
-        ins = [args[i].detach().contiguous() for i in user]
-        got = [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in ins]
-        if got != want:  # never reached through the cache keys; the guard of BuiltModel, kept cheap
-            raise AutotuneError(f"{built.name}: built for {want}, called with {got}")
-        out = built.run_tvm(ins)
-        return [_as_torch(o) for o in (out if not hasattr(out, "shape") else [out])]
+        return call([args[i].detach().contiguous() for i in user])
 
     return run
 
@@ -156,6 +152,8 @@ class GraphRunner:
     def __init__(self, gm: Any, settings: Settings):
         self.gm, self.settings, self.label = gm, settings, graph_label(gm)
         self.static: set[int] | None = None
+        self.versioned: set[int] = set()  # the static inputs whose storage and version are in the call key
+        self.identity: tuple | None = None  # graph_identity (computed with `static`)
         self.by_key: dict[tuple, Callable[[Sequence[Any]], Any]] = {}
         self.builds = 0
         self.warned = False
@@ -165,11 +163,15 @@ class GraphRunner:
     def __call__(self, *args: Any) -> Any:
         if self.static is None:
             self.static = static_inputs(self.gm, args)
-        key = call_key(args, self.static)
+            # a buffer the graph writes in place (a running statistic) changes every call: keyed by its shape, it
+            # does not make each call a new signature (its eager part writes it, the segments take it as an input)
+            self.versioned = self.static - written_inputs(self.gm)
+            self.identity = graph_identity(self.gm)
+        key = call_key(args, self.versioned)
         fn = self.by_key.get(key)
         if fn is None:
-            fn, result = self._prepare(args)
-            self.by_key[key] = fn
+            fn, result = self._prepare(args, key)
+            self.by_key[call_key(args, self.versioned)] = fn  # `versioned` loses the weights the graph wrote
             if result is not None:  # the graph already ran for this call (eager reference or checked build)
                 return result
         if fn == self._eager:
@@ -183,10 +185,14 @@ class GraphRunner:
     def _eager(self, args: Sequence[Any]) -> Any:
         return self.gm(*args)  # a tuple or list, as Dynamo expects
 
-    def _prepare(self, args: Sequence[Any]) -> tuple[Callable[[Sequence[Any]], Any], Any]:
+    def _prepare(self, args: Sequence[Any], key: tuple) -> tuple[Callable[[Sequence[Any]], Any], Any]:
         """The runner for a new call signature, and this call's outputs when they were computed (never twice)."""
-        ref = None
+        seen = None if self.identity is None else (
+            self.identity, frozenset(self.static), key, torch.is_grad_enabled(), self.settings.fingerprint())
         try:
+            if seen is not None and seen in _SEEN:  # an equal graph (a recompiled frame) was built for this call
+                STATS.hits += 1
+                return tvm_runner(*_SEEN[seen]), None
             if self.builds >= self.settings.max_shapes:
                 raise Refused(f"more than {self.settings.max_shapes} input shapes (each shape is a build)")
             exported = None
@@ -195,28 +201,27 @@ class GraphRunner:
                 built = _BUILDS.get(exported.key)
                 if built is not None:
                     STATS.hits += 1
+                    if seen is not None:
+                        _SEEN[seen] = (built, exported.user)
                     return tvm_runner(built, exported.user), None
             built, run = None, self._segments(exported)  # None: one build takes the whole graph
             if run is None:
                 built = self._build(exported, args)
                 run = tvm_runner(built, exported.user)
             got = None
-            if self.settings.verify:  # the inputs it writes in place are copies on the trial run, and compared
-                trial = [a.clone() if i in self.written else a for i, a in enumerate(args)]
-                got = self._first_run(run, trial)
-                ref = self.gm(*args)
-                check_outputs(got, ref)
-                check_outputs([trial[i] for i in self.written], [args[i] for i in self.written],
-                              "input written in place")
+            if self.settings.verify:
+                got = self._checked_run(run, args)
             if built is not None:
                 _BUILDS[exported.key] = built
+                if seen is not None:
+                    _SEEN[seen] = (built, exported.user)
                 STATS.builds += 1
                 self.builds += 1
             return run, got
         except Refused as why:
-            return self._fallback(why.reason), ref
+            return self._fallback(why.reason), why.result
         except Exception as err:  # noqa: BLE001 - the user's program never fails because of the backend
-            return self._fallback(f"unexpected {one_line(err)}"), ref
+            return self._fallback(f"unexpected {one_line(err)}"), None
 
     def _build(self, exported: Exported, args: Sequence[Any]) -> Any:
         from .model.build import build_model
@@ -249,6 +254,26 @@ class GraphRunner:
             warnings.warn(f"autotune backend: {self.label}: {account} on TVM", AutotuneFallbackWarning, stacklevel=5)
         split = self.split
         return lambda args: split(*args)
+
+    def _checked_run(self, run: Callable[[Sequence[Any]], Any], args: Sequence[Any]) -> Any:
+        """This call through `run`, checked against eager. Eager runs on copies of what the graph may write in place
+        (the inputs it writes, its buffers): the real ones are written once, by `run`, and compared with the copies
+        (restored from them where they differ). A buffer the graph wrote leaves the call key (`versioned`)."""
+        copied = sorted(set(self.written) | {i for i in self.static if not isinstance(args[i], torch.nn.Parameter)})
+        before = [a.clone() if i in copied else a for i, a in enumerate(args)]
+        versions = {i: args[i]._version for i in self.static}
+        got = self._first_run(run, args)
+        self.versioned -= {i for i, v in versions.items() if args[i]._version != v}
+        ref = self.gm(*before)
+        try:
+            check_outputs(got, ref)
+            check_outputs([args[i] for i in copied], [before[i] for i in copied], "input written in place")
+        except Refused as why:  # eager's result and state stand
+            for i in copied:
+                args[i].copy_(before[i])
+            why.result = ref
+            raise
+        return got
 
     @staticmethod
     def _first_run(run: Callable[[Sequence[Any]], list[Any]], args: Sequence[Any]) -> list[Any]:

@@ -86,6 +86,49 @@ def test_shape_change_recompiles_then_hits_the_cache():
     assert tb.STATS.builds == 2 and tb.STATS.hits >= 1 and tb.STATS.fallbacks == 0
 
 
+def test_recompiled_equal_graph_reuses_its_build_without_an_export(monkeypatch):
+    """A float after a graph break is specialised by Dynamo's first compile: a new value recompiles the resume
+    function, whose graph is the same; its build is found before any torch.export."""
+    lin = nn.Linear(16, 16).eval()
+
+    def f(x):
+        y = torch.relu(lin(x))
+        if float(y.mean()) > 0:  # graph break; the resume function guards on the float
+            y = y * 1.0
+        return lin(y) + 1
+
+    fn = _compiled(f)
+    exports = []
+    real_export = tb.export_graph
+    monkeypatch.setattr(tb, "export_graph", lambda *a, **k: exports.append(1) or real_export(*a, **k))
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 16)
+            _same(fn(x), f(x))
+    assert tb.STATS.builds == 2 and tb.STATS.hits >= 1 and tb.STATS.fallbacks == 0
+    assert len(exports) == 2  # one per build, none for the recompiled resume function
+
+
+def test_batch_norm_in_training_mode_is_prepared_once(monkeypatch):
+    """Running statistics written in place every call (their eager part) keep the call signature: the split
+    graph is prepared (checked against eager) once, not on every call."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).train()
+    twin = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).train()
+    twin.load_state_dict(model.state_dict())
+    prepared = []
+    real = tb.GraphRunner._prepare
+    monkeypatch.setattr(tb.GraphRunner, "_prepare", lambda self, *a: prepared.append(self.label) or real(self, *a))
+    fn = _compiled(model)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(4):
+            x = torch.randn(2, 3, 10, 10)
+            _same(fn(x), twin(x))
+    _same(model[1].running_mean, twin[1].running_mean)
+    assert len([p for p in prepared if "segment" not in p]) == 1, prepared
+
+
 def test_weights_changed_in_place_are_not_stale():
     model, (x,) = branchy()
     fn = _compiled(model)

@@ -22,6 +22,7 @@ import numpy as np
 from ..database import TuningDatabase
 from ..errors import AutotuneError
 from ..records import Record
+from ..model.library import numpy_outputs
 from ..target import parse_target, to_tvm_target, use_target_threads
 from .dispatch import DynamicKernel, as_aligned
 from .load import compile_ukernels, ukernel_records
@@ -103,14 +104,9 @@ class DynamicBuiltModel:
             self._vm = relax.VirtualMachine(self.executable, tvm.cpu())
         arrays = [as_aligned(a) for a in args]
         out = self._vm["main"](*[tvm.runtime.tensor(a, tvm.cpu()) for a in arrays])
-        flat = _flatten(out)
+        flat = numpy_outputs(out)
         return flat[0] if len(flat) == 1 else tuple(flat)
 
-
-def _flatten(out: Any) -> list[np.ndarray]:
-    if hasattr(out, "numpy"):
-        return [out.numpy()]
-    return [a for item in out for a in _flatten(item)]
 
 
 def _analyzer(func: Any) -> Any:

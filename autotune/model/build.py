@@ -21,15 +21,17 @@ from ..database import TuningDatabase
 from ..errors import AutotuneError
 from ..records import Record
 from ..space import Config
-from ..target import to_tvm_target, use_target_threads, vector_unit
+from ..target import kernel_threads, to_tvm_target, use_target_threads, vector_unit
 from ..task import Task
 from ..templates import default_template, resolve, space_of
+from ..thread_pool import load_executable
 from .activations import expand_activations
 from .capture import Captured, InputSpec, capture
 from .default_schedule import default_template_func, generic_schedule, schedule_block, vectorize_with_tail
 from .epilogue import mark_kernel, narrow_epilogues, schedule_fused
 from .extract import Site, classify, find_sites, merge_sites, resolve_target
 from .gpu_schedule import bind_block, gpu_generic_schedule
+from .library import ThreadVMs, numpy_outputs
 from .reshapes import sink_reshapes
 from .rewrite import visit_functions
 
@@ -83,7 +85,8 @@ class BuiltModel:
     executable: Any
     report: BuildReport
     device: str = "cpu"  # where it runs: "cpu" (llvm) or "cuda"
-    _vm: Any = None
+    threads: int = 1  # CPU threads of its parallel loops (the target's, see `target.kernel_threads`)
+    _vms: ThreadVMs | None = None
 
     def _check(self, args: Sequence[Any]) -> list[np.ndarray]:
         arrays = [np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a) for a in args]
@@ -103,12 +106,16 @@ class BuiltModel:
                                 "device (export_library it and run it where there is one)")
         return dev
 
-    def vm(self) -> Any:
-        if self._vm is None:
-            from tvm import relax
+    def vms(self) -> ThreadVMs:
+        """Its virtual machines, one per calling thread (CPU kernels on the OpenMP pool, `thread_pool`)."""
+        if self._vms is None:
+            code = load_executable(self.executable, self.threads) if self.device == "cpu" else self.executable
+            self._vms = ThreadVMs(code, self.tvm_device())
+        return self._vms
 
-            self._vm = relax.VirtualMachine(self.executable, self.tvm_device())
-        return self._vm
+    def vm(self) -> Any:
+        """This thread's Relax virtual machine."""
+        return self.vms().vm()
 
     def tvm_args(self, *args: Any) -> list[Any]:
         """Inputs checked against the guard and copied to TVM tensors on the model's device."""
@@ -119,10 +126,10 @@ class BuiltModel:
 
     def run_tvm(self, tvm_args: Sequence[Any]) -> Any:
         """Run on prepared TVM tensors (for timing); returns TVM's output object."""
-        return self.vm()["main"](*tvm_args)
+        return self.vms().main()(*tvm_args)
 
     def __call__(self, *args: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        outs = _flatten(self.run_tvm(self.tvm_args(*args)))
+        outs = numpy_outputs(self.run_tvm(self.tvm_args(*args)))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def export_library(self, path: str | os.PathLike) -> None:
@@ -132,11 +139,6 @@ class BuiltModel:
 def _fmt(specs: Iterable[tuple[tuple[int, ...], str]]) -> str:
     return ", ".join(f"{list(s)} {d}" for s, d in specs)
 
-
-def _flatten(out: Any) -> list[np.ndarray]:
-    if hasattr(out, "numpy"):
-        return [out.numpy()]
-    return [a for item in out for a in _flatten(item)]
 
 
 # ---- choosing kernels ---------------------------------------------------------------------
@@ -330,7 +332,8 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
         mod, report = lower_captured(captured, tgt, recs, fuse=False)
         executable = compile_lowered(mod, to_tvm_target(tgt))
         report.fusion = f"off ({why})"
-    return BuiltModel(captured.name, captured.inputs, executable, report, "cuda" if tgt["kind"] == "cuda" else "cpu")
+    return BuiltModel(captured.name, captured.inputs, executable, report, "cuda" if tgt["kind"] == "cuda" else "cpu",
+                      kernel_threads(tgt))
 
 
 def lower_captured(captured: Captured, target: dict, records: TuningDatabase | Iterable[Record],

@@ -51,7 +51,8 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     b = subparsers.add_parser("build", help="compile a model with the best schedules in logs")
     b.add_argument("model", help=MODEL_HELP)
     b.add_argument("--logs", nargs="*", default=[], help="tuning logs (none: default schedules only)")
-    b.add_argument("-o", "--output", required=True, help="shared library to write (load with relax.VirtualMachine)")
+    b.add_argument("-o", "--output", required=True,
+                   help="shared library to write (load with autotune.model.load_library)")
     b.add_argument("--target", default="llvm", help=TARGET_HELP)
     b.add_argument("--allow-pickle", action="store_true", help=PICKLE_HELP)
     b.set_defaults(handler=cmd_build)

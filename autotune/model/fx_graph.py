@@ -8,6 +8,7 @@ Dynamo passes parameters and buffers as graph inputs; they become buffers of a w
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import warnings
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ class Refused(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+        self.result: Any = None  # the call's eager outputs, where they were computed before the refusal
 
 
 def one_line(err: BaseException) -> str:
@@ -64,6 +66,39 @@ def graph_label(gm: torch.fx.GraphModule) -> str:
             where = f" ({os.path.basename(file.strip(chr(34)))}:{num} in {func})"
             break
     return f"graph {gm.meta.get('dynamo_compile_id', '?')}{where}"
+
+
+def graph_identity(gm: torch.fx.GraphModule) -> tuple | None:
+    """What the graph computes, whichever Dynamo compile made it: its code, the functions it calls and the contents
+    of its own constants. A frame recompiled for a guard that does not touch the graph (a float after a graph
+    break, grad mode, ...) hands over an equal graph: with `call_key`, its build is found without an export.
+    None where the graph holds something this cannot tell apart (a module called by name)."""
+    parts: list[Any] = [gm.code]
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            parts.append(n.target)
+        elif n.op == "call_module":
+            sub = gm.get_submodule(n.target)
+            inner = graph_identity(sub) if isinstance(sub, torch.fx.GraphModule) else None
+            if inner is None:
+                return None
+            parts.append(inner)
+        elif n.op == "get_attr":
+            val = operator.attrgetter(n.target)(gm)
+            if isinstance(val, torch.fx.GraphModule):
+                val = graph_identity(val)
+                if val is None:
+                    return None
+            elif isinstance(val, torch.Tensor):
+                val = _content_hash(val)
+            elif not isinstance(val, (int, float, bool, str, type(None))):
+                return None
+            parts.append((n.target, val))
+    try:
+        hash(identity := tuple(parts))  # a call target that cannot be a key: no identity
+    except TypeError:
+        return None
+    return identity
 
 
 def call_key(args: Sequence[Any], static: set[int]) -> tuple:
