@@ -177,13 +177,14 @@ def load_library(path: str | os.PathLike, threads: int) -> Any:
 
 def load_executable(executable: Any, threads: int) -> Any:
     """A compiled CPU executable (tvm.compile's), as a library whose kernels run on the OpenMP pool. Where that
-    is impossible (no launcher, or no compiler to link a library), the executable itself."""
+    is impossible (no launcher, no compiler to link a library, a temporary folder mounted noexec), the executable
+    itself."""
     if launcher() is None:
         return executable
     with tempfile.TemporaryDirectory(prefix="autotune-lib-") as folder:
         path = os.path.join(folder, "model.so")
         try:
             executable.export_library(path)
-        except Exception:  # noqa: BLE001 - no linker: TVM's pool, as before
+            return load_library(path, threads)
+        except Exception:  # noqa: BLE001 - no linker, or a temporary folder that cannot hold code: TVM's pool
             return executable
-        return load_library(path, threads)

@@ -156,3 +156,37 @@ def test_a_library_called_from_two_threads_at_once(built, tmp_path):
         outs = list(pool.map(lambda _: lib(x), range(8)))
     for out in outs:
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@needs_compiler
+def test_a_forked_child_runs_the_kernels_on_one_thread(built, tmp_path):
+    """A child of fork() has none of the parent's OpenMP threads: a parallel region there would wait forever
+    (TVM's own pool hangs the same way); the launcher runs the loops in the calling thread instead."""
+    import signal
+
+    model, x, ref, model_built = built
+    path = tmp_path / "convs.so"
+    model_built.export_library(path)
+    lib = load_library(path, threads=2)
+    torch.testing.assert_close(lib(x), ref, rtol=1e-4, atol=1e-5)  # the parent's pool is started
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 if the kernels run and match, die by the alarm if they hang
+        signal.alarm(60)
+        ok = False
+        try:
+            ok = torch.allclose(lib(x), ref, rtol=1e-4, atol=1e-5)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+@needs_compiler
+def test_an_executable_that_cannot_be_linked_stays_on_tvms_pool():
+    class Unlinkable:  # export_library fails as it does without a linker (or where /tmp cannot hold code)
+        def export_library(self, path):
+            raise RuntimeError("no linker")
+
+    code = Unlinkable()
+    assert tp.launcher() is not None
+    assert tp.load_executable(code, 2) is code

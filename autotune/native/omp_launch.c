@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdint.h>
 
 typedef struct {
@@ -17,6 +18,11 @@ typedef struct {
 typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv* penv, void* cdata);
 
 static int pool_threads = 0; /* threads per launch; 0: omp_get_max_threads() */
+static int forked = 0;       /* in a child of fork(): the pool's threads stayed in the parent */
+
+static void after_fork_in_child(void) { forked = 1; }
+
+__attribute__((constructor)) static void watch_fork(void) { pthread_atfork(0, 0, after_fork_in_child); }
 
 void autotune_omp_set_threads(int n) { pool_threads = n; }
 
@@ -31,7 +37,9 @@ int autotune_omp_threads(void) { return pool_threads > 0 ? pool_threads : omp_ge
 int autotune_omp_launch(FTVMParallelLambda flambda, void* cdata, int num_task) {
   int n = num_task > 0 ? num_task : autotune_omp_threads();
   int failed = 0;
-  if (n <= 1 || omp_in_parallel()) { /* one task, or called from a parallel region: this thread does it */
+  /* One task, a call from a parallel region, or a forked child (where a parallel region would wait forever for
+   * the parent's threads): this thread does it all. */
+  if (n <= 1 || forked || omp_in_parallel()) {
     TVMParallelGroupEnv env = {0, 1};
     return flambda(0, &env, cdata) == 0 ? 0 : -1;
   }
