@@ -37,7 +37,6 @@ POINTERS = {"__TVMBackendParallelLaunch": "autotune_omp_launch", "__TVMBackendPa
 class Launcher:
     """The compiled launcher, loaded: the addresses kernel libraries are pointed at."""
 
-    path: str
     addresses: dict[str, int]  # kernel library pointer name -> function address
     lib: Any  # the ctypes library (kept loaded)
 
@@ -116,7 +115,7 @@ def _launcher() -> tuple[Launcher | None, str]:
     if theirs and runtime not in theirs:  # one OpenMP pool is the point: another runtime is another pool
         return None, f"PyTorch runs {', '.join(sorted(map(os.path.basename, theirs)))}, the launcher {runtime}"
     addresses = {ptr: ctypes.cast(getattr(lib, fn), ctypes.c_void_p).value for ptr, fn in POINTERS.items()}
-    return Launcher(str(path), addresses, lib), f"OpenMP ({os.path.basename(runtime)})"
+    return Launcher(addresses, lib), f"OpenMP ({os.path.basename(runtime)})"
 
 
 def launcher() -> Launcher | None:

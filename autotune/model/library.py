@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import AutotuneError
-from ..target import host_cores
+from ..target import kernel_threads
 from ..thread_pool import load_library as _load
 
 
@@ -88,7 +88,7 @@ class ModelLibrary:
         if not os.path.isfile(path):
             raise AutotuneError(f"model library {path} does not exist or is not a file")
         self.path = str(path)
-        self.threads = int(threads or os.environ.get("TVM_NUM_THREADS") or host_cores())
+        self.threads = int(threads or kernel_threads({"kind": "llvm"}))  # TVM_NUM_THREADS, else every core
         try:
             self.vms = ThreadVMs(_load(self.path, self.threads), tvm.cpu())
             self.vms.vm()
