@@ -324,6 +324,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
             allowed = space.allowed_count()
             limit = f" ({allowed:,} within this target's register tile limit)" if allowed < len(space) else ""
             print(f"  {kind} template {ref}: {len(space):,} configs{limit} for {op.example}")
+            print(f"    dtypes: {', '.join(resolve(ref).dtypes)}")
     return 0
 
 

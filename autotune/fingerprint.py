@@ -24,8 +24,10 @@ from .task import Task, make_task
 PROBE_TARGETS = {"llvm": ({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
                           {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}),
                  "cuda": ({"kind": "cuda", "arch": "sm_80"},)}
+# a template that schedules other dtypes than float32 is probed on them too, on a CPU with their instructions
+NARROW_PROBE_TARGETS = {"llvm": ({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 2},)}
 PROBE_CONFIGS = 6  # configs per probe task, spread over the space
-FINGERPRINT_FORMAT = "2"  # 2: probed on an AVX2 target as well
+FINGERPRINT_FORMAT = "3"  # 2: probed on an AVX2 target as well; 3: and on its other dtypes
 
 
 class Fingerprinted(Protocol):
@@ -36,6 +38,7 @@ class Fingerprinted(Protocol):
     source_hash: str
     define_space: Callable[[Task], ConfigSpace]
     apply: Callable[[Task, Config], Any]
+    dtypes: tuple[str, ...]
 
 
 def _cache_file() -> Path:
@@ -78,8 +81,12 @@ def compute_fingerprint(template: Fingerprinted) -> str:
     """The fingerprint itself, uncached."""
     digest = hashlib.sha1(f"{template.op}:{template.target_kind}".encode())
     shapes = OPS[template.op].probe_shapes
-    for target, shape in itertools.product(PROBE_TARGETS[template.target_kind], shapes):
-        task = make_task(template.op, shape, target=target)
+    probes = [(target, shape, "float32") for target, shape in itertools.product(PROBE_TARGETS[template.target_kind],
+                                                                                shapes)]
+    probes += [(target, shape, dtype) for dtype in template.dtypes if dtype != "float32"
+               for target, shape in itertools.product(NARROW_PROBE_TARGETS.get(template.target_kind, ()), shapes)]
+    for target, shape, dtype in probes:
+        task = make_task(template.op, shape, dtype, target=target)
         try:
             space = template.define_space(task)
         except Exception as err:  # noqa: BLE001 - a template for other shapes only: that is what it does

@@ -44,10 +44,10 @@ class Kernel:
             raise AutotuneError(f"{self.task.op} expects inputs of shapes {shapes}, got "
                                 f"{[tuple(a.shape) for a in inputs]}")
         dev = self.device
-        arrays = [np.ascontiguousarray(a, dtype=self.task.dtype) for a in inputs]
+        arrays = [np.ascontiguousarray(a, dtype=self.task.element.numpy_storage) for a in inputs]
         if self.template is not None and self.config is not None:
             arrays = self.template.kernel_inputs(self.task, self.config, arrays)
-        out = tvm.runtime.empty(self.task.opdef.output_shape(self.task.shape), self.task.dtype, dev)
+        out = tvm.runtime.empty(self.task.opdef.output_shape(self.task.shape), self.task.element.output, dev)
         return [tvm.runtime.tensor(a, dev) for a in arrays] + [out]
 
     def __call__(self, *inputs: np.ndarray) -> np.ndarray:

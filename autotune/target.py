@@ -99,16 +99,25 @@ def read_cpuinfo(path: str | Path) -> tuple[set[str], float]:
     return flags, ghz or DEFAULT_GHZ
 
 
+def extra_features(cpu_features: set[str], host_flags: set[str]) -> list[str]:
+    """The extensions this machine's CPU flags offer that its LLVM CPU model lacks: a hypervisor may report an
+    older CPU model (LLVM names a Sapphire Rapids guest rocketlake, without AVX-512 BF16 and AMX)."""
+    return sorted(f for f, flag in X86_FEATURE_FLAGS.items() if f not in cpu_features and flag in host_flags)
+
+
 @functools.lru_cache(maxsize=None)
 def _host_cpu() -> tuple[str, tuple[str, ...]]:
-    """(LLVM's name of this machine's CPU, the `mattr` that switches off what the CPU model has and it lacks)."""
+    """(LLVM's name of this machine's CPU, the `mattr` that switches off what the CPU model has and it lacks, and
+    switches on what it lacks and the CPU has)."""
     from tvm.target import codegen
 
     cpu = str(codegen.llvm_get_system_cpu())
     flags = read_cpuinfo("/proc/cpuinfo")[0]
     if not flags or not str(codegen.llvm_get_system_triple()).startswith(("x86_64", "i386", "i686")):
         return cpu, ()
-    return cpu, tuple(f"-{f}" for f in unsupported_features(set(_llvm_features(cpu)), flags))
+    model = set(_llvm_features(cpu))
+    return cpu, tuple([f"-{f}" for f in unsupported_features(model, flags)]
+                      + [f"+{f}" for f in extra_features(model, flags)])
 
 
 def host_llvm_target(num_cores: int | None = None) -> dict[str, Any]:
@@ -130,10 +139,15 @@ def _llvm_features(mcpu: str | None, mattr: tuple[str, ...] = (), mtriple: str |
     return frozenset(str(f) for f in codegen.llvm_get_cpu_features(target))
 
 
+def cpu_features(target: dict[str, Any]) -> frozenset[str]:
+    """The LLVM features code compiled for an llvm target may use: its `mcpu`'s, with its `mattr` applied."""
+    return _llvm_features(target.get("mcpu"), tuple(target.get("mattr", ())), target.get("mtriple"))
+
+
 def vector_unit(target: dict[str, Any]) -> tuple[int, int]:
     """(fp32 lanes per vector register, vector registers) of the instruction set an llvm target compiles for: its
     `mcpu` less what its `mattr` switches off (a znver4 without AVX-512 gets AVX2's 8 lanes and 16 registers)."""
-    features = _llvm_features(target.get("mcpu"), tuple(target.get("mattr", ())), target.get("mtriple"))
+    features = cpu_features(target)
     if "avx512f" in features:
         return 16, 32
     if "avx" in features:
@@ -144,10 +158,15 @@ def vector_unit(target: dict[str, Any]) -> tuple[int, int]:
 
 
 def cpu_name(target: dict[str, Any]) -> str:
-    """An llvm target's CPU for a report: `mcpu` and what its `mattr` switches off ("znver4 without AVX-512")."""
-    off = {f[1:] for f in target.get("mattr", []) if f.startswith("-")}
-    groups = sorted({"AVX-512" if f.startswith("avx512") else "AMX" if f.startswith("amx") else f for f in off})
-    return str(target.get("mcpu", "generic")) + (f" without {', '.join(groups)}" if groups else "")
+    """An llvm target's CPU for a report: `mcpu`, what its `mattr` switches off and what it switches on
+    ("znver4 without AVX-512", "rocketlake with AMX, avx512bf16")."""
+    def named(sign: str, whole_avx512: bool) -> str:
+        names = {f[1:] for f in target.get("mattr", []) if f.startswith(sign)}
+        return ", ".join(sorted({"AVX-512" if whole_avx512 and f.startswith("avx512") else
+                                 "AMX" if f.startswith("amx") else f for f in names}))
+
+    off, on = named("-", True), named("+", False)
+    return str(target.get("mcpu", "generic")) + (f" without {off}" if off else "") + (f" with {on}" if on else "")
 
 
 def default_cuda_arch() -> str:

@@ -8,11 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import AutotuneError
-from .operators import OpDef, Params, get_op
+from .operators import ElementType, OpDef, Params, element_type, get_op
 from .target import parse_target
-
-DTYPES = ("float32",)
-
 
 @dataclass(frozen=True)
 class Task:
@@ -36,6 +33,11 @@ class Task:
     @property
     def opdef(self) -> OpDef:
         return get_op(self.op)
+
+    @property
+    def element(self) -> ElementType:
+        """What the dtype means: storage, accumulation and output types, test inputs, tolerance."""
+        return element_type(self.dtype)
 
     @property
     def flops(self) -> float:
@@ -81,7 +83,21 @@ def make_task(op: str, shape: dict[str, int] | str, dtype: str = "float32",
     """Validate everything and build a Task; raises AutotuneError with a one-line reason."""
     opdef = get_op(op)
     params = opdef.complete(parse_shape(shape) if isinstance(shape, str) else dict(shape))
-    if dtype not in DTYPES:
-        raise AutotuneError(f"unsupported dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
+    element_type(dtype)  # a known dtype, else a one-line error
     tgt = parse_target(target, arch=arch)
+    if dtype != "float32":
+        _check_dtype_template(opdef, dtype, tgt["kind"])
     return Task(op, tuple((p, params[p]) for p in opdef.params), dtype, json.dumps(tgt, sort_keys=True))
+
+
+def _check_dtype_template(opdef: OpDef, dtype: str, kind: str) -> None:
+    """AutotuneError unless the operator's default template on `kind` schedules `dtype` (`Template.dtypes`)."""
+    from .operators import OPS
+    from .templates import resolve
+
+    def takes(op: OpDef) -> bool:
+        return kind in op.templates and dtype in resolve(op.templates[kind]).dtypes
+
+    if not takes(opdef):
+        have = ", ".join(op.name for op in OPS.values() if takes(op)) or "none"
+        raise AutotuneError(f"no {dtype} template for {opdef.name} on {kind} yet ({dtype} on {kind}: {have})")

@@ -36,7 +36,7 @@ class Relayout:
 
     For an operand that is constant where the kernel runs (a layer's weight): it is relaid once,
     at build time in a whole-model build and outside the timed call when a candidate is measured.
-    `index_map` must be one-to-one and work on numpy integer arrays; the new shape is the largest
+    `index_map` must be one-to-one and work on numpy integer arrays; the new shape is `shape`, else the largest
     index it gives plus one on each axis, and elements no index maps to are zero (padding).
 
     A schedule says so in one of two ways: its PrimFunc already takes the operand relaid (dense), or it
@@ -47,12 +47,15 @@ class Relayout:
 
     arg: int
     index_map: Callable[..., tuple]
+    shape: tuple[int, ...] | None = None  # the new shape, where padding reaches past the largest index mapped
 
 
-def relayout_array(array: np.ndarray, index_map: Callable[..., tuple]) -> np.ndarray:
-    """`array` in the layout `index_map` sends each of its indices to (zero where nothing is sent)."""
+def relayout_array(array: np.ndarray, index_map: Callable[..., tuple],
+                   shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """`array` in the layout `index_map` sends each of its indices to (zero where nothing is sent), of `shape`
+    (None: the largest index sent plus one on each axis)."""
     new = index_map(*np.indices(array.shape, sparse=False))
-    out = np.zeros(tuple(int(ix.max()) + 1 for ix in new), dtype=array.dtype)
+    out = np.zeros(shape or tuple(int(ix.max()) + 1 for ix in new), dtype=array.dtype)
     hit = np.zeros(out.shape, dtype=bool)
     hit[new] = True
     if np.count_nonzero(hit) != array.size:
@@ -84,6 +87,7 @@ class Template:
     `kernel_resources(task, config)`: what a config asks of a GPU (threads, shared memory, registers), from its
     knob values alone; configs over the GPU's limits are rejected before building (`gpu_limits.check_config`).
     None: never rejected (CPU templates).
+    `dtypes`: the element types of the tasks it schedules; a task of another dtype gets no space from it.
     `from_task_func(sch, block, task, config)`: for a template whose `apply` schedules a function of its own
     rather than `prim_func(task)`: makes that function in `sch`, a schedule of the task's PrimFunc whose main
     block is `block`, and returns the blocks that play the parts of its named blocks (name -> block), so that the
@@ -103,6 +107,7 @@ class Template:
     preferences: Callable[[Task], Mapping[str, Any]] = _no_preferences
     kernel_resources: Callable[[Task, Config], KernelResources] | None = None
     from_task_func: Callable[[Any, Any, Task, Config], Mapping[str, Any]] | None = None
+    dtypes: tuple[str, ...] = ("float32",)  # the task element types it schedules (`autotune.operators.dtypes`)
 
     def kernel(self, task: Task, config: Config):
         """The IRModule to compile for `config`: the schedule's, less any PREPACK block (the kernel then
@@ -120,7 +125,7 @@ class Template:
         """The op's inputs (numpy arrays) as the scheduled kernel of `config` takes them."""
         out = list(inputs)
         for r in self.relayouts(task, config):
-            out[r.arg] = relayout_array(np.asarray(inputs[r.arg]), r.index_map)
+            out[r.arg] = relayout_array(np.asarray(inputs[r.arg]), r.index_map, r.shape)
         return out
 
     @cached_property

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from autotune.operators import in_type
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import PREPACK, Relayout, Template
@@ -43,6 +44,7 @@ from .common import (
     vectorize_inner,
     vectorize_loop,
 )
+from .gemm_dot import apply_dot, define_dot_space, dot_preferences, dot_relayouts, instruction
 
 REG_ROWS = 16  # register-tile rows (i2) at most
 REG_COLS = 64  # register-tile columns (j2) at most: 4 zmm (8 ymm) registers per row
@@ -154,11 +156,11 @@ def _gemm_func(gemm: Gemm, task: Task, rows: int, padded: int, jb: int, source: 
 
     def b_at(bi, k, j):  # B'[bi, k, j], zero in the padding
         value = b_in_place(bi, k, j)
-        return value if padded == n else te.if_then_else(j < n, value, te.const(0, task.dtype))
+        return value if padded == n else te.if_then_else(j < n, value, te.const(0, task.element.storage))
 
     arg, bt = b, b_in_place
     if source == "pre":
-        arg = te.placeholder((*batch, padded // jb, kk, jb), task.dtype, name=gemm.b_name)
+        arg = te.placeholder((*batch, padded // jb, kk, jb), task.element.storage, name=gemm.b_name)
         bt = _packed_reader(arg, jb)
     elif source == "pack":
         packed = te.compute((*batch, padded // jb, kk, jb), lambda *ix: b_at(ix[:-3], ix[-2], ix[-3] * jb + ix[-1]),
@@ -171,9 +173,11 @@ def _gemm_func(gemm: Gemm, task: Task, rows: int, padded: int, jb: int, source: 
     def a_at(bi, i, k):  # A[bi, i, k], the last row again past M
         return a[(*bi, i if rows == m else te.min(i, m - 1), k)]
 
+    kind = task.element  # products summed in its accumulation type (the dtype's instructions: `gemm_dot`)
     acc = te.compute((*batch, rows, padded),
-                     lambda *ix: te.sum(a_at(ix[:-2], ix[-2], red) * bt(ix[:-2], red, ix[-1]), axis=red), name="C_acc")
-    out = te.compute((*batch, p[gemm.m], n), lambda *ix: acc[ix], name="C")
+                     lambda *ix: te.sum(in_type(a_at(ix[:-2], ix[-2], red), kind.accumulate)
+                                        * in_type(bt(ix[:-2], red, ix[-1]), kind.accumulate), axis=red), name="C_acc")
+    out = te.compute((*batch, p[gemm.m], n), lambda *ix: in_type(acc[ix], kind.output), name="C")
     return te.create_prim_func([a, arg, out])
 
 
@@ -271,19 +275,51 @@ def gemm_preferences(gemm: Gemm, task: Task) -> dict[str, Any]:
             "mid_order": "ij", "pack_b": "tile" if task.shape[gemm.m] >= 16 else "none", "auto_unroll": 64}
 
 
+def gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
+    """The space of a GEMM-family task: the dot-product path's where its dtype has an instruction on the target
+    (`gemm_dot`), else the fp32 path's (narrow inputs widened)."""
+    ins = instruction(gemm, task)
+    return define_dot_space(gemm, task, ins) if ins else define_gemm_space(gemm, task)
+
+
+def gemm_apply(gemm: Gemm, task: Task, cfg: Config):
+    """Schedule of one config, on the path `gemm_space` chose."""
+    ins = instruction(gemm, task)
+    return apply_dot(gemm, task, cfg, ins) if ins else apply_gemm(gemm, task, cfg)
+
+
+def gemm_relayouts_of(gemm: Gemm, task: Task, cfg: Config) -> tuple[Relayout, ...]:
+    """The operands a config's kernel takes relaid, on the path `gemm_space` chose."""
+    ins = instruction(gemm, task)
+    return dot_relayouts(gemm, task, ins, cfg) if ins else gemm_relayouts(gemm, cfg)
+
+
+def gemm_preferences_of(gemm: Gemm, task: Task) -> dict[str, Any]:
+    """The untuned config, on the path `gemm_space` chose."""
+    return dot_preferences(gemm, task) if instruction(gemm, task) else gemm_preferences(gemm, task)
+
+
+def gemm_from_task_func(sch, block, task: Task, cfg: Config) -> dict[str, Any]:
+    """`from_task_func` of the fp32 path; the dot-product path's kernels are not exported to MetaSchedule."""
+    gemm = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}[task.op]
+    if instruction(gemm, task):
+        raise RuntimeError(f"{task.dtype} kernels using dot-product instructions are not exported to MetaSchedule")
+    return from_task_func(sch, block, task, cfg)
+
+
 def matmul_space(task: Task) -> ConfigSpace:
     """Space of the matmul template."""
-    return define_gemm_space(MATMUL, task)
+    return gemm_space(MATMUL, task)
 
 
 def matmul_apply(task: Task, cfg: Config):
     """Schedule of one matmul config."""
-    return apply_gemm(MATMUL, task, cfg)
+    return gemm_apply(MATMUL, task, cfg)
 
 
 def matmul_preferences(task: Task) -> dict[str, Any]:
     """Untuned matmul config."""
-    return gemm_preferences(MATMUL, task)
+    return gemm_preferences_of(MATMUL, task)
 
 
 def matmul_ukernel_space(task: Task) -> ConfigSpace:
@@ -303,22 +339,23 @@ def matmul_ukernel_preferences(task: Task) -> dict[str, Any]:
 
 def dense_space(task: Task) -> ConfigSpace:
     """Space of the dense template."""
-    return define_gemm_space(DENSE, task)
+    return gemm_space(DENSE, task)
 
 
 def dense_apply(task: Task, cfg: Config):
     """Schedule of one dense config (W taken packed, see `dense_relayouts`)."""
-    return apply_gemm(DENSE, task, cfg)
+    return gemm_apply(DENSE, task, cfg)
 
 
 def dense_relayouts(task: Task, cfg: Config) -> tuple[Relayout, ...]:
-    """W [N, K] -> [N/j2, K, j2]: packed once, ahead of the calls."""
-    return gemm_relayouts(DENSE, cfg)
+    """W [N, K] -> [N/j2, K, j2] (fp32 path) or [N/j2, K/group, j2, group] (dot path): packed once, ahead of the
+    calls."""
+    return gemm_relayouts_of(DENSE, task, cfg)
 
 
 def dense_preferences(task: Task) -> dict[str, Any]:
     """Untuned dense config."""
-    return gemm_preferences(DENSE, task)
+    return gemm_preferences_of(DENSE, task)
 
 
 def batch_matmul_space(task: Task) -> ConfigSpace:
@@ -336,17 +373,19 @@ def batch_matmul_preferences(task: Task) -> dict[str, Any]:
     return gemm_preferences(BATCH_MATMUL, task)
 
 
-# compatible_versions: the version that wrote every register tile back per outer tile (same space, same configs)
+# compatible_versions: the version that wrote every register tile back per outer tile (same space, same configs),
+# and for matmul and dense the version before their dot-product path (same fp32 spaces and schedules).
 # They schedule `_gemm_func`: a trace that starts from the task's PrimFunc runs `from_task_func` first.
+NARROW = ("float32", "bfloat16", "int8")  # the dtypes of the templates with a dot-product path
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply,
-                      compatible_versions=("687b25bbcf06",), preferences=matmul_preferences,
-                      from_task_func=from_task_func)
+                      compatible_versions=("687b25bbcf06", "22c7e3a1e764"), preferences=matmul_preferences,
+                      from_task_func=gemm_from_task_func, dtypes=NARROW)
 MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply,
                               compatible_versions=("c7fd1b95abe8",), preferences=matmul_ukernel_preferences,
                               from_task_func=from_task_func)
 DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply, dense_relayouts,
-                     compatible_versions=("c6685a3bcb85",), preferences=dense_preferences,
-                     from_task_func=from_task_func)
+                     compatible_versions=("c6685a3bcb85", "8d0abcca033e"), preferences=dense_preferences,
+                     from_task_func=gemm_from_task_func, dtypes=NARROW)
 BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply,
                             compatible_versions=("8d7ab524a85b",), preferences=batch_matmul_preferences,
                             from_task_func=from_task_func)

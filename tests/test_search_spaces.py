@@ -373,7 +373,7 @@ def test_template_version_fingerprints_schedules(tmp_path, monkeypatch) -> None:
         space = matmul_space(task)
         return space if vector_lanes(task) == 16 else dataclasses.replace(space, knobs=space.knobs[::-1])
 
-    same = Template("mm_refactored", "matmul", "llvm", matmul_space, apply_refactored)
+    same = Template("mm_refactored", "matmul", "llvm", matmul_space, apply_refactored, dtypes=MATMUL_CPU.dtypes)
     other = Template("mm_unrolled", "matmul", "llvm", matmul_space, apply_unrolled)
     avx2 = Template("mm_avx2", "matmul", "llvm", space_other_on_avx2, matmul_apply)
     reference = fingerprint.compute_fingerprint(MATMUL_CPU)

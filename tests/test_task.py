@@ -7,7 +7,7 @@ import pytest
 
 from autotune.errors import AutotuneError
 from autotune.operators import OPS, check_output, random_inputs
-from autotune.target import (X86_FEATURE_FLAGS, cpu_name, host_llvm_target, parse_target, read_cpuinfo,
+from autotune.target import (X86_FEATURE_FLAGS, cpu_name, extra_features, host_llvm_target, parse_target, read_cpuinfo,
                              unsupported_features)
 from autotune.task import Task, make_task, parse_shape
 
@@ -41,13 +41,16 @@ def test_host_target_switches_off_extensions_the_machine_hides():
     assert unsupported_features(model, flags | {"avx512f", "avx512bw", "avx512_vnni"}) == []
     host = host_llvm_target(2)
     flags = read_cpuinfo("/proc/cpuinfo")[0]
-    off = {f.lstrip("-") for f in host.get("mattr", [])}
+    off = {f[1:] for f in host.get("mattr", []) if f.startswith("-")}
+    on = {f[1:] for f in host.get("mattr", []) if f.startswith("+")}
     assert all(X86_FEATURE_FLAGS[f] not in flags for f in off)  # only what this machine lacks is switched off
+    assert all(X86_FEATURE_FLAGS[f] in flags for f in on)  # and only what it has is switched on
+    assert extra_features({"avx512f"}, {"avx512f", "avx512_bf16", "amx_int8"}) == ["amx-int8", "avx512bf16"]
     if flags and "avx512f" not in flags and host["mcpu"] in ("znver4", "znver5", "skylake-avx512", "icelake-server"):
         assert "avx512f" in off
     assert parse_target("llvm").get("mattr") == host.get("mattr")
     assert "mattr" not in parse_target({"kind": "llvm", "mcpu": "haswell"})  # a CPU the user names is theirs
-    assert cpu_name({"mcpu": "znver4", "mattr": ["-avx512f", "-avx512bw", "+fma"]}) == "znver4 without AVX-512"
+    assert cpu_name({"mcpu": "znver4", "mattr": ["-avx512f", "-avx512bw", "+fma"]}) == "znver4 without AVX-512 with fma"
 
 
 @pytest.mark.parametrize("op,shape,needle", [

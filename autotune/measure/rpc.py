@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AutotuneError
-from ..operators import check_output, random_inputs, reduction_size
+from ..operators import check_output, element_type, random_inputs, reduction_size, reference_output
 from ..task import Task
 from .interface import RunnerOptions
 from .timing import time_kernel
@@ -46,9 +46,10 @@ CLIENT_GRACE_S = 5.0  # the client waits this long past session_timeout before a
 # ---- one remote session (runs in its own thread) ------------------------------------------
 
 def measure_remote(server: Server, session_timeout: float, artifact: str, target_kind: str, inputs: list[np.ndarray],
-                   ref: np.ndarray, reduction: int, repeat: int, min_repeat_ms: float,
+                   ref: np.ndarray, reduction: int, dtype: str, repeat: int, min_repeat_ms: float,
                    cache_flush: bool) -> tuple[str | None, str, list[float]]:
-    """One RPC session: upload, load, check against `ref`, time: (error kind value | None, message, costs).
+    """One RPC session: upload, load, check against `ref` (as `dtype` allows), time: (error kind value | None,
+    message, costs).
 
     target_kind "cuda" runs on the server's GPU 0 (not yet tried on a GPU server), anything else on its CPU.
     """
@@ -63,9 +64,9 @@ def measure_remote(server: Server, session_timeout: float, artifact: str, target
         lib = remote.load_module(os.path.basename(artifact))
         dev = remote.cuda(0) if target_kind == "cuda" else remote.cpu(0)
         args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        out = tvm.runtime.tensor(np.full(ref.shape, np.nan, dtype=ref.dtype), dev)  # stale output must fail
+        out = tvm.runtime.tensor(element_type(dtype).unfilled(ref.shape), dev)  # stale output must fail
         lib["main"](*args, out)
-        problem = check_output(out.numpy(), ref, reduction)
+        problem = check_output(out.numpy(), ref, reduction, dtype)
         if problem:
             return "wrong_answer", problem, []
         costs = time_kernel(lib, dev, [*args, out], repeat, min_repeat_ms, cache_flush and target_kind != "cuda")
@@ -187,7 +188,7 @@ class RPCRunner:
                 inputs = random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED)
                 if len(self._refs) >= 4:
                     self._refs.pop(next(iter(self._refs)))
-                self._refs[task] = (inputs, task.opdef.reference(task.shape, inputs),
+                self._refs[task] = (inputs, reference_output(task.opdef, task.shape, task.dtype, inputs),
                                     reduction_size(task.opdef, task.shape))
             return self._refs[task]
 
@@ -241,7 +242,7 @@ class RPCRunner:
         inputs = kernel_inputs(inp.task, inp.template, inp.config.index, inputs)
         o = self.options
         args = (server, self.session_timeout, build.artifact, inp.task.target_kind, inputs, ref, reduction,
-                o.repeat, o.min_repeat_ms, o.cache_flush)
+                inp.task.dtype, o.repeat, o.min_repeat_ms, o.cache_flush)
         status, value = call_with_timeout(measure_remote, args, self.session_timeout + CLIENT_GRACE_S)
         if status == "timeout":
             wait = self.session_timeout + CLIENT_GRACE_S

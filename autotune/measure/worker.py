@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from ..gpu_limits import check_config
-from ..operators import check_output, random_inputs, reduction_size
+from ..operators import check_output, random_inputs, reduction_size, reference_output
 from ..target import compile_kernel
 from ..task import Task
 from ..templates import resolve, space_of
@@ -51,7 +51,7 @@ def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str
 @functools.lru_cache(maxsize=4)
 def _reference(task: Task) -> tuple[list[np.ndarray], np.ndarray]:
     inputs = random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED)
-    return inputs, task.opdef.reference(task.shape, inputs)
+    return inputs, reference_output(task.opdef, task.shape, task.dtype, inputs)
 
 
 def kernel_inputs(task: Task, template_ref: str | None, index: int | None,
@@ -76,12 +76,11 @@ def run(artifact: str, task: Task, template_ref: str | None, index: int | None, 
         inputs, ref = _reference(task)
         kernel_args = relaid if relaid is not None else kernel_inputs(task, template_ref, index, inputs)
         args = [tvm.runtime.tensor(a, dev) for a in kernel_args]
-        out = tvm.runtime.empty(ref.shape, task.dtype, dev)
-        out.copyfrom(np.full(ref.shape, np.nan, dtype=task.dtype))  # stale output must not pass the check
+        out = tvm.runtime.tensor(task.element.unfilled(ref.shape), dev)  # stale output must not pass the check
         lib["main"](*args, out)
     except Exception as err:
         return "runtime_error", f"{type(err).__name__}: {str(err).strip()[-500:]}", []
-    problem = check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape))
+    problem = check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape), task.dtype)
     if problem:
         return "wrong_answer", problem, []
     flush = cache_flush and task.target_kind == "llvm"

@@ -14,7 +14,8 @@ from ..errors import AutotuneError
 from .conv import CONV2D, DEPTHWISE_CONV2D, GROUP_CONV2D
 from .definition import OpDef, Params, RowSplit
 from .gemm import BATCH_MATMUL, DENSE, MATMUL
-from .numerics import check_output, random_inputs, reduction_size
+from .dtypes import DTYPES, ELEMENT_TYPES, ElementType, element_type, in_type
+from .numerics import check_output, random_inputs, reduction_size, reference_output
 
 OPS: Mapping[str, OpDef] = MappingProxyType(
     {op.name: op for op in (MATMUL, DENSE, BATCH_MATMUL, CONV2D, GROUP_CONV2D, DEPTHWISE_CONV2D)})
@@ -43,5 +44,6 @@ def default_template_refs() -> dict[tuple[str, str], str]:
     return {(op.name, kind): ref for op in OPS.values() for kind, ref in op.templates.items()}
 
 
-__all__ = ["OPS", "OpDef", "Params", "RowSplit", "check_output", "default_template_ref", "default_template_refs",
-           "get_op", "random_inputs", "reduction_size", "ukernel_template_ref"]
+__all__ = ["DTYPES", "ELEMENT_TYPES", "ElementType", "OPS", "OpDef", "Params", "RowSplit", "check_output",
+           "default_template_ref", "default_template_refs", "element_type", "get_op", "in_type", "random_inputs",
+           "reduction_size", "reference_output", "ukernel_template_ref"]

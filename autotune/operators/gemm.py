@@ -3,24 +3,42 @@
 from __future__ import annotations
 
 from .definition import OpDef, Params, RowSplit
+from .dtypes import element_type, in_type
+
+
+def gemm_output(acc, dtype: str):
+    """The output of a GEMM whose sums are `acc` ("C"): `acc` itself, or rounded to the output type in a block
+    "C_out" (bfloat16)."""
+    from tvm import te
+
+    kind = element_type(dtype)
+    if kind.output == kind.accumulate:
+        return acc
+    return te.compute(acc.shape, lambda *ix: acc(*ix).astype(kind.output), name="C_out")
 
 
 def _matmul_compute(p: Params, dtype: str):
     from tvm import te
-    A = te.placeholder((p["M"], p["K"]), dtype, name="A")
-    B = te.placeholder((p["K"], p["N"]), dtype, name="B")
+    kind = element_type(dtype)
+    A = te.placeholder((p["M"], p["K"]), kind.storage, name="A")
+    B = te.placeholder((p["K"], p["N"]), kind.storage, name="B")
     k = te.reduce_axis((0, p["K"]), name="k")
-    C = te.compute((p["M"], p["N"]), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return [A, B, C]
+    acc = kind.accumulate
+    C = te.compute((p["M"], p["N"]), lambda i, j: te.sum(in_type(A[i, k], acc) * in_type(B[k, j], acc), axis=k),
+                   name="C")
+    return [A, B, gemm_output(C, dtype)]
 
 
 def _dense_compute(p: Params, dtype: str):
     from tvm import te
-    X = te.placeholder((p["batch"], p["in_features"]), dtype, name="X")
-    W = te.placeholder((p["out_features"], p["in_features"]), dtype, name="W")
+    kind = element_type(dtype)
+    X = te.placeholder((p["batch"], p["in_features"]), kind.storage, name="X")
+    W = te.placeholder((p["out_features"], p["in_features"]), kind.storage, name="W")
     k = te.reduce_axis((0, p["in_features"]), name="k")
-    C = te.compute((p["batch"], p["out_features"]), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name="C")
-    return [X, W, C]
+    acc = kind.accumulate
+    C = te.compute((p["batch"], p["out_features"]),
+                   lambda i, j: te.sum(in_type(X[i, k], acc) * in_type(W[j, k], acc), axis=k), name="C")
+    return [X, W, gemm_output(C, dtype)]
 
 
 def _batch_matmul_compute(p: Params, dtype: str):

@@ -1,27 +1,32 @@
-"""An operator's test inputs, and the check of a kernel's output against its numpy reference."""
+"""An operator's test inputs and numpy reference, and the check of a kernel's output against it."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .definition import OpDef, Params
+from .dtypes import check_against, element_type
 
 
 def random_inputs(op: OpDef, params: Params, dtype: str, seed: int = 0) -> list[np.ndarray]:
-    """Deterministic inputs in [-1, 1): the same for the same task, in every process."""
+    """Deterministic inputs of the task's element type (`ElementType.random`): the same for the same task, in every
+    process."""
     rng = np.random.default_rng(seed)
-    return [rng.uniform(-1.0, 1.0, size=shape).astype(dtype) for shape in op.input_shapes(params)]
+    kind = element_type(dtype)
+    return [kind.random(rng, shape) for shape in op.input_shapes(params)]
 
 
-def check_output(out: np.ndarray, ref: np.ndarray, reduction: int) -> str | None:
-    """None when `out` matches `ref` within fp32 round-off for a sum of `reduction` terms, else why not."""
-    if out.shape != ref.shape:
-        return f"output shape {out.shape} != reference {ref.shape}"
-    if not np.all(np.isfinite(out)):
-        return "output has NaN/Inf"
-    tol = 1e-5 * max(1.0, np.sqrt(reduction)) * max(1.0, float(np.abs(ref).max()))
-    err = float(np.abs(out.astype(np.float64) - ref).max())
-    return None if err <= tol else f"max abs error {err:.3g} > tolerance {tol:.3g}"
+def reference_output(op: OpDef, params: Params, dtype: str, inputs: list[np.ndarray]) -> np.ndarray:
+    """The operator's numpy reference on `inputs`: in float32 for float32 tasks; in float64 on the same (rounded)
+    inputs otherwise (exact for int8's integer sums), to be compared before any rounding to the output type."""
+    if dtype == "float32":
+        return op.reference(params, inputs)
+    return op.reference(params, [np.asarray(a).astype(np.float64) for a in inputs])
+
+
+def check_output(out: np.ndarray, ref: np.ndarray, reduction: int, dtype: str = "float32") -> str | None:
+    """None when `out` matches `ref` as closely as `dtype` allows for a sum of `reduction` terms, else why not."""
+    return check_against(out, ref, reduction, dtype)
 
 
 def reduction_size(op: OpDef, params: Params) -> int:

@@ -1,0 +1,124 @@
+"""Narrow element types on the CPU, side by side in one process: our tuned kernel in bf16 and int8 against PyTorch
+in the same type (bf16 `linear`/`matmul` through oneDNN; int8 `torch._int_mm`) and against our own tuned fp32
+kernel of the same shape. Every kernel's output is checked against the numpy reference before it is timed.
+
+Each (shape, dtype) is tuned first (resumable logs in benchmarks/work/dtypes/), then all variants are timed in
+interleaved rounds; the table gives the median per call and the ratios. The CPU's dot-product extensions (and
+whether PyTorch's oneDNN may use AMX) decide what each side runs: the machine's flags are stored with the result.
+
+    python benchmarks/bench_dtypes.py                     # tune 64 trials per task, time, store `dtypes`
+    python benchmarks/bench_dtypes.py --trials 16 --rounds 3 --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+from _common import reexec_clean, report  # noqa: E402
+
+SHAPES = {  # name -> (op, shape)
+    "dense 128x768->3072": ("dense", "batch=128,in_features=768,out_features=3072"),
+    "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
+}
+WORK = HERE / "work" / "dtypes"
+
+
+def _ours(op: str, shape: str, dtype: str, trials: int):
+    """The best tuned kernel of the task (tuned to `trials` first), as a callable on its inputs."""
+    from autotune.kernel import compile_config
+    from autotune.operators import check_output, random_inputs, reduction_size, reference_output
+    from autotune.records import best_record, load_records
+    from autotune.task import make_task
+    from autotune.tune import tune
+
+    task = make_task(op, shape, dtype)
+    log = WORK / f"{op}-{dtype}.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    tune(task, trials=trials, tuner="xgb", log=log)
+    best = best_record([r for r in load_records(log) if r.task == task])
+    kernel = compile_config(task, best.input.config.index, best.input.template)
+    inputs = random_inputs(task.opdef, task.shape, dtype, seed=1)
+    out = kernel(*inputs)
+    problem = check_output(out, reference_output(task.opdef, task.shape, dtype, inputs),
+                           reduction_size(task.opdef, task.shape), dtype)
+    if problem:
+        raise SystemExit(f"{task}: tuned kernel is wrong: {problem}")
+    args = kernel._args(inputs)
+    return task, (lambda: kernel.executable(*args)), inputs
+
+
+def _torch(op: str, dtype: str, inputs):
+    """PyTorch's call of the same op on the same inputs, checked against ours by the caller."""
+    import torch
+
+    a, b = (torch.from_numpy(x.astype("float32")) for x in inputs)
+    if dtype == "int8":  # _int_mm takes B as [K, N]: dense's W [N, K] transposed once, outside the timing
+        a, b = a.to(torch.int8), b.to(torch.int8)
+        b = b.t().contiguous() if op == "dense" else b
+        return lambda: torch._int_mm(a, b)
+    t = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    a, b = a.to(t), b.to(t)
+    if op == "dense":
+        return lambda: torch.nn.functional.linear(a, b)
+    return lambda: torch.matmul(a, b)
+
+
+def _time(fn, seconds: float = 0.3) -> float:
+    fn()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        fn()
+        n += 1
+    return (time.perf_counter() - t0) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    reexec_clean(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from autotune.target import cpu_features, cpu_name, parse_target
+
+    target = parse_target("llvm")
+    have = sorted(f for f in cpu_features(target) if "vnni" in f or "bf16" in f or f.startswith("amx"))
+    rows = []
+    for name, (op, shape) in SHAPES.items():
+        variants = {}
+        for dtype in ("float32", "bfloat16", "int8"):
+            task, fn, inputs = _ours(op, shape, dtype, args.trials)
+            variants[("ours", dtype)] = (task, fn)
+            if dtype != "float32":
+                variants[("torch", dtype)] = (task, _torch(op, dtype, inputs))
+        times = {k: [] for k in variants}
+        for _ in range(args.rounds):  # interleaved
+            for k, (_, fn) in variants.items():
+                times[k].append(_time(fn))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        flops = variants[("ours", "float32")][0].flops
+        for dtype in ("bfloat16", "int8"):
+            ours, theirs, f32 = med[("ours", dtype)], med[("torch", dtype)], med[("ours", "float32")]
+            rows.append(f"| {name} | {dtype} | {ours * 1e3:.3f} | {flops / ours / 1e9:.0f} | {theirs * 1e3:.3f} | "
+                        f"{theirs / ours:.2f}x | {f32 * 1e3:.3f} | {f32 / ours:.2f}x |")
+    body = (f"CPU {cpu_name(target)}; dot-product features: {', '.join(have) or 'none'}; {args.threads} threads; "
+            f"{args.trials} trials per task (xgb); median of {args.rounds} interleaved rounds.\n\n"
+            "| shape | dtype | ours ms | ours G/s | torch ms | vs torch | our fp32 ms | vs our fp32 |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    report("dtypes", body, write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The GEMM templates' path for narrow inputs on a CPU with a dot-product instruction (`dot_intrinsics`):
+int8 through AVX-512 VNNI (matmul and dense), bf16 through AVX-512 BF16 (dense: its weight arrives packed);
+`matmul` chooses it per task.
+
+Same loop structure as the fp32 path (parallel i0 x j0 tiles, k0 cache blocking, mid tile, k1, register tile
+i2 x j2 with j2 whole instructions of 16 lanes), but k is split into K/group x group and each 16 lanes x group
+step of the register tile is one instruction (tensorized). B is packed [N/j2, K/group, j2, group]: for dense a
+layer's weight, packed once ahead ("pre", `Relayout`); for matmul in the kernel, all up front ("root") or one outer
+tile's panel at a time ("tile"). N is padded with zero columns to whole register tiles, M to whole register rows
+(the rows past M copy A's last row, in a block "A_in").
+
+int8 x int8: VNNI multiplies unsigned by signed bytes, so A is shifted by 128 into uint8 ("A_in") and 128 times
+each column sum of B ("B_sum", itself summed with the instruction) is taken off the sums when they are written
+back, in a pass over the output of its own: exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+from autotune.space import Config, ConfigSpace, choice_knob
+from autotune.task import Task
+from autotune.templates import Relayout
+
+from .common import (
+    MAX_PAD,
+    annotate_unroll,
+    parallel_fused,
+    register_budget,
+    split,
+    tile_knob,
+    unroll_knob,
+    vectorize_inner,
+)
+from .dot_intrinsics import LANES, DotInstruction, dot_instruction
+
+REG_ROWS = 16  # register-tile rows (i2) at most
+REG_COLS = 64  # register-tile columns (j2) at most: 4 instructions per row
+K_GROUPS = 512  # k1 (in groups) at most
+
+
+def instruction(gemm, task: Task) -> DotInstruction | None:
+    """The dot-product instruction this task's GEMM uses, or None (then the fp32 path's schedule, widened): also
+    None when N cannot be tiled by whole instructions (padded by at most MAX_PAD)."""
+    n = task.shape[gemm.n]
+    if -(-n // LANES) * LANES - n > MAX_PAD * n:
+        return None
+    return dot_instruction(task, task.shape[gemm.k], b_packed_ahead=gemm.b_transposed)
+
+
+def define_dot_space(gemm, task: Task, ins: DotInstruction) -> ConfigSpace:
+    """Tiles of i, j (whole instructions) and k (in groups), mid-tile order, B packing and unrolling."""
+    p = task.shape
+    return ConfigSpace(knobs=(
+        tile_knob("tile_i", p[gemm.m], 3, inner_max=REG_ROWS, pad=not ins.arguments_only),
+        tile_knob("tile_j", p[gemm.n], 3, inner_max=REG_COLS, lanes=LANES, pad=True),
+        tile_knob("tile_k", p[gemm.k] // ins.group, 2, inner_max=K_GROUPS),
+        choice_knob("mid_order", ("ij", "ji")),
+        choice_knob("pack_b", _pack_choices(gemm, task, ins)),
+        unroll_knob(),
+    ), register=("tile_i", "tile_j"), max_register_tile=register_budget(task))
+
+
+def _pack_choices(gemm, task: Task, ins: DotInstruction) -> tuple[str, ...]:
+    """Dense's weight is packed ahead; matmul's B in the kernel, per outer tile too unless its column sums
+    (int8) read all of it first."""
+    if gemm.b_transposed:
+        return ("pre",)
+    return ("root",) if ins.a_type != task.element.storage else ("root", "tile")
+
+
+def dot_preferences(gemm, task: Task) -> dict[str, Any]:
+    """Untuned config: 4 rows x 2 instructions (8 accumulators), k blocks of 256 elements."""
+    return {"tile_i": (4, 4), "tile_j": (32, 2), "tile_k": (256 // instruction(gemm, task).group,), "mid_order": "ij",
+            "pack_b": _pack_choices(gemm, task, instruction(gemm, task))[-1], "auto_unroll": 64}
+
+
+def dot_relayouts(gemm, task: Task, ins: DotInstruction, cfg: Config) -> tuple[Relayout, ...]:
+    """Dense's W [N, K] arrives as [N/j2, K/group, j2, group] ("pre"), N padded to whole tiles with zeros."""
+    if cfg["pack_b"] != "pre":
+        return ()
+    jb, g, padded = cfg["tile_j"][-1], ins.group, math.prod(cfg["tile_j"])
+    shape = (padded // jb, task.shape[gemm.k] // g, jb, g)
+    return (Relayout(1, lambda jj, kk: (jj // jb, kk // g, jj % jb, kk % g), shape),)
+
+
+def apply_dot(gemm, task: Task, cfg: Config, ins: DotInstruction):
+    """Build the schedule of one config (raises on an illegal one)."""
+    from tvm import s_tir
+
+    rows, cols = math.prod(cfg["tile_i"]), math.prod(cfg["tile_j"])
+    p = task.shape
+    if rows < p[gemm.m] or cols < p[gemm.n]:
+        raise RuntimeError(f"tiles {rows} x {cols} do not cover {p[gemm.m]} x {p[gemm.n]}")
+    jb = cfg["tile_j"][-1]
+    sch = s_tir.Schedule(_dot_func(gemm, task, ins, rows, cols, jb, cfg["pack_b"] == "pre"))
+    blk = sch.get_sblock("C_acc")
+    i, j, k, kg = sch.get_loops(blk)
+    i0, i1, i2 = split(sch, i, cfg["tile_i"])
+    j0, j1, j2 = split(sch, j, cfg["tile_j"])
+    k0, k1 = split(sch, k, cfg["tile_k"])
+    jv, lanes = split(sch, j2, (jb // LANES, LANES))
+    mid = (i1, j1) if cfg["mid_order"] == "ij" else (j1, i1)
+    whole_k = cfg["tile_k"][0] == 1
+    if whole_k:
+        sch.reorder(i0, j0, *mid, k0, k1, i2, jv, lanes, kg)
+    else:
+        sch.reorder(i0, j0, k0, *mid, k1, i2, jv, lanes, kg)
+    outer = parallel_fused(sch, [i0, j0])
+    write_back = sch.get_sblock("C")
+    if _has_block(sch, "B_sum"):  # it reads the column sums too, made before the tiles: a pass of its own
+        parallel_fused(sch, sch.get_loops(write_back)[:1])
+    else:
+        sch.reverse_compute_at(write_back, mid[-1] if whole_k else outer)
+    vectorize_inner(sch, write_back, max(LANES, jb))
+    if cfg["pack_b"] in ("tile", "root"):
+        packed = sch.get_sblock("B_pack")
+        if cfg["pack_b"] == "tile":  # one outer tile's panel, cache-hot for the tile
+            sch.compute_at(packed, outer)
+        else:
+            parallel_fused(sch, sch.get_loops(packed)[:1])
+        sch.fuse(*sch.get_loops(packed)[-2:])  # whole rows of an instruction's B at once
+        vectorize_inner(sch, packed, LANES * ins.group)
+    sch.unroll(i2)
+    sch.unroll(jv)
+    init = sch.decompose_reduction(blk, k0)
+    vectorize_inner(sch, init, jb)
+    sch.tensorize(lanes, ins.intrin)
+    if _has_block(sch, "A_in"):
+        a_in = sch.get_sblock("A_in")
+        parallel_fused(sch, sch.get_loops(a_in)[:1])
+        vectorize_inner(sch, a_in, 64)
+    if _has_block(sch, "B_sum"):
+        _schedule_column_sums(sch, ins)
+    annotate_unroll(sch, outer, cfg["auto_unroll"])
+    if ins.llvm_import:
+        sch.annotate(outer, "pragma_import_llvm", ins.llvm_import)
+    return sch
+
+
+def _has_block(sch, name: str) -> bool:
+    try:
+        sch.get_sblock(name)
+        return True
+    except Exception:  # noqa: BLE001 - TVM raises its own error type for a missing block
+        return False
+
+
+def _schedule_column_sums(sch, ins: DotInstruction) -> None:
+    """B_sum[j] = sum_k 128 * B[k, j], one instruction per 16 columns x group k (the constant operand "ones")."""
+    ones = sch.get_sblock("ones")
+    vectorize_inner(sch, ones, 64)
+    blk = sch.get_sblock("B_sum")
+    j, k, kg = sch.get_loops(blk)
+    jo, lanes = split(sch, j, (int(sch.get(j).extent) // LANES, LANES))
+    sch.reorder(jo, k, lanes, kg)
+    sch.parallel(jo)
+    init = sch.decompose_reduction(blk, k)
+    vectorize_inner(sch, init, LANES)
+    sch.tensorize(lanes, ins.intrin)
+
+
+@functools.lru_cache(maxsize=256)
+def _dot_func(gemm, task: Task, ins: DotInstruction, rows: int, padded: int, jb: int, pre: bool):
+    """C_acc [rows, padded] = A_in B' in the accumulation type, k as (K/group, group); C = C_acc[:M, :N] (less
+    B_sum for int8, rounded for bf16). Cached: configs that differ in their schedule only share it."""
+    from tvm import te, tirx
+
+    kind = task.element
+    p = task.shape
+    m, n, kk, g = p[gemm.m], p[gemm.n], p[gemm.k], ins.group
+    a, b, _ = task.opdef.compute(p, task.dtype)
+    shifted = ins.a_type != kind.storage  # int8 A read as uint8 (A + 128)
+    if shifted or rows != m:
+        def a_value(i, k):
+            value = a[te.min(i, m - 1) if rows != m else i, k]
+            return (value.astype("int32") + 128).astype(ins.a_type) if shifted else value
+        a_in = te.compute((rows, kk), a_value, name="A_in")
+    else:
+        a_in = a
+
+    def b_value(j, k):  # B'[k, j], zero past N
+        value = b[j, k] if gemm.b_transposed else b[k, j]
+        return value if padded == n else te.if_then_else(j < n, value, tirx.const(0, kind.storage))
+
+    shape = (padded // jb, kk // g, jb, g)
+    if pre:
+        arg = te.placeholder(shape, kind.storage, name=gemm.b_name)
+        packed = arg
+    else:
+        arg = b
+        packed = te.compute(shape, lambda jo, ko, jl, kl: b_value(jo * jb + jl, ko * g + kl), name="B_pack")
+    acc = kind.accumulate
+    ko = te.reduce_axis((0, kk // g), name="k")
+    kl = te.reduce_axis((0, g), name="kg")
+    c_acc = te.compute(
+        (rows, padded),
+        lambda i, j: te.sum(a_in[i, ko * g + kl].astype(acc) * packed[j // jb, ko, j % jb, kl].astype(acc),
+                            axis=[ko, kl]), name="C_acc")
+    if shifted:  # sum (A + 128) B = A B + 128 colsum(B)
+        ones = te.compute((kk,), lambda k: tirx.const(128, ins.a_type), name="ones")
+        so = te.reduce_axis((0, kk // g), name="k")
+        sl = te.reduce_axis((0, g), name="kg")
+        b_sum = te.compute(
+            (padded,), lambda j: te.sum(ones[so * g + sl].astype(acc) * packed[j // jb, so, j % jb, sl].astype(acc),
+                                        axis=[so, sl]), name="B_sum")
+        out = te.compute((m, n), lambda i, j: c_acc[i, j] - b_sum[j], name="C")
+    else:
+        out = te.compute((m, n), lambda i, j: c_acc[i, j].astype(kind.output), name="C")
+    return te.create_prim_func([a, arg, out])
+

@@ -1,0 +1,123 @@
+"""Element types other than float32: tasks, references and tolerances, and the GEMM templates' kernels (the
+dot-product path where the host has the instruction, the widened fp32 path on any x86 CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.operators import check_output, element_type, random_inputs, reduction_size, reference_output
+from autotune.target import cpu_features, parse_target, to_tvm_target
+from autotune.task import Task, make_task
+from autotune.templates import default_template, space_of
+
+HOST = parse_target("llvm")
+HAS = cpu_features(HOST)
+HASWELL = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}  # no dot-product instruction: the widened path
+
+
+def test_dtype_is_part_of_the_task_and_its_key() -> None:
+    f32, i8 = (make_task("dense", "batch=4,in_features=8,out_features=16", d) for d in ("float32", "int8"))
+    assert f32.key != i8.key and str(i8).endswith("int8 llvm")
+    assert Task.from_dict(json.loads(json.dumps(i8.to_dict()))) == i8  # as a record stores it
+    assert i8.element.output == "int32" and make_task("matmul", "M=2,N=16,K=4", "bfloat16").element.output == "bfloat16"
+
+
+@pytest.mark.parametrize("op,shape,dtype,needle", [
+    ("matmul", "M=2,N=2,K=2", "float16", "unsupported dtype 'float16'; choose one of: float32, bfloat16, int8"),
+    ("conv2d", "C=3,H=8,W=8,K=4,R=3,S=3", "int8", "no int8 template for conv2d on llvm yet (int8 on llvm: matmul, "
+                                                  "dense)"),
+    ("batch_matmul", "B=2,M=2,N=2,K=2", "bfloat16", "no bfloat16 template for batch_matmul on llvm yet"),
+])
+def test_a_dtype_without_a_template_is_a_one_line_error(op, shape, dtype, needle) -> None:
+    with pytest.raises(AutotuneError, match="^" + needle.replace("(", r"\(").replace(")", r"\)")) as err:
+        make_task(op, shape, dtype)
+    assert "\n" not in str(err.value)
+
+
+def test_references_and_tolerances_catch_a_wrong_kernel() -> None:
+    task = make_task("dense", "batch=8,in_features=64,out_features=32", "int8")
+    x, w = random_inputs(task.opdef, task.shape, "int8")
+    assert x.dtype == np.int8 and x.min() < -100 and x.max() > 100  # the whole int8 range
+    ref = reference_output(task.opdef, task.shape, "int8", [x, w])
+    exact = (x.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
+    assert check_output(exact, ref, 64, "int8") is None
+    off = exact.copy()
+    off[3, 5] += 1
+    assert "1 of 256 outputs differ" in check_output(off, ref, 64, "int8")
+
+    task = make_task("dense", "batch=8,in_features=64,out_features=32", "bfloat16")
+    x, w = random_inputs(task.opdef, task.shape, "bfloat16")
+    ref = reference_output(task.opdef, task.shape, "bfloat16", [x, w])
+    kind = element_type("bfloat16")
+    rounded = ref.astype(np.float32).astype(kind.numpy_output)  # what an exact kernel gives after rounding
+    assert check_output(rounded, ref, 64, "bfloat16") is None
+    short = (x[:, :-2].astype(np.float32) @ w[:, :-2].astype(np.float32).T).astype(kind.numpy_output)  # a k dropped
+    assert "max abs error" in check_output(short, ref, 64, "bfloat16")
+
+
+def _run(task, cfg) -> str | None:
+    """Compile config `cfg` of the task's default template, run it, check it against the reference."""
+    import tvm
+
+    template = default_template(task)
+    ex = tvm.compile(template.kernel(task, cfg), target=to_tvm_target(task.target))
+    inputs = random_inputs(task.opdef, task.shape, task.dtype, seed=3)
+    args = [tvm.runtime.tensor(a) for a in template.kernel_inputs(task, cfg, inputs)]
+    ref = reference_output(task.opdef, task.shape, task.dtype, inputs)
+    out = tvm.runtime.tensor(task.element.unfilled(ref.shape))
+    ex(*args, out)
+    return check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape), task.dtype)
+
+
+def _check_configs(task, n: int, expect_dot: bool) -> None:
+    template = default_template(task)
+    space = space_of(template, task)
+    from search_spaces.gemm_dot import instruction
+    from search_spaces.matmul import DENSE, MATMUL
+
+    assert (instruction({"dense": DENSE, "matmul": MATMUL}[task.op], task) is not None) == expect_dot
+    rng = np.random.default_rng(7)
+    preferred = space.index_of(space.nearest(template.preferences(task)))
+    for index in [preferred, *space.sample(rng, n)]:
+        cfg = space.get(index)
+        assert _run(task, cfg) is None, cfg.knobs
+
+
+NEEDS = {"int8": "avx512vnni", "bfloat16": "avx512bf16"}
+DOT_CASES = [
+    ("dense", "batch=10,in_features=64,out_features=60", "int8"),  # M and N padded
+    ("matmul", "M=16,N=48,K=36", "int8"),
+    ("dense", "batch=8,in_features=34,out_features=32", "bfloat16"),
+]
+
+
+@pytest.mark.parametrize("op,shape,dtype", DOT_CASES)
+def test_dot_product_kernels_match_the_reference(op, shape, dtype) -> None:
+    if NEEDS[dtype] not in HAS or "avx512f" not in HAS:
+        pytest.skip(f"this CPU has no {NEEDS[dtype]}")
+    _check_configs(make_task(op, shape, dtype), 3, expect_dot=True)
+
+
+@pytest.mark.parametrize("op,shape,dtype", [
+    ("matmul", "M=5,N=24,K=7", "int8"),  # K not a whole number of VNNI groups: widened on any CPU
+    ("dense", "batch=3,in_features=8,out_features=40", "int8"),  # N not whole instructions within MAX_PAD
+    ("dense", "batch=6,in_features=16,out_features=20", "bfloat16"),
+])
+def test_without_the_instruction_inputs_are_widened(op, shape, dtype) -> None:
+    _check_configs(make_task(op, shape, dtype, target=HASWELL if dtype == "bfloat16" else HOST), 2, expect_dot=False)
+
+
+def test_int8_dense_tunes_end_to_end(tmp_path) -> None:
+    from autotune.records import load_records
+    from autotune.tune import tune
+
+    task = make_task("dense", "batch=8,in_features=64,out_features=32", "int8")
+    result = tune(task, trials=4, log=tmp_path / "int8.jsonl", retime=0)
+    records = load_records(tmp_path / "int8.jsonl")
+    assert len(records) == 4 and all(r.task == task for r in records)
+    assert result.best is not None and result.best.result.ok  # every kernel was checked against the reference
+    assert all(r.result.ok for r in records)
