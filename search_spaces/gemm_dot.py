@@ -63,18 +63,24 @@ def define_dot_space(gemm, task: Task, ins: DotInstruction) -> ConfigSpace:
     ), register=("tile_i", "tile_j"), max_register_tile=register_budget(task))
 
 
+def _shifts_a(task: Task, ins: DotInstruction) -> bool:
+    """Whether A is read shifted into the instruction's unsigned type (int8: A + 128, and B's column sums taken
+    off the sums)."""
+    return ins.a_type != task.element.storage
+
+
 def _pack_choices(gemm, task: Task, ins: DotInstruction) -> tuple[str, ...]:
     """Dense's weight is packed ahead; matmul's B in the kernel, per outer tile too unless its column sums
     (int8) read all of it first."""
     if gemm.b_transposed:
         return ("pre",)
-    return ("root",) if ins.a_type != task.element.storage else ("root", "tile")
+    return ("root",) if _shifts_a(task, ins) else ("root", "tile")
 
 
-def dot_preferences(gemm, task: Task) -> dict[str, Any]:
+def dot_preferences(gemm, task: Task, ins: DotInstruction) -> dict[str, Any]:
     """Untuned config: 4 rows x 2 instructions (8 accumulators), k blocks of 256 elements."""
-    return {"tile_i": (4, 4), "tile_j": (32, 2), "tile_k": (256 // instruction(gemm, task).group,), "mid_order": "ij",
-            "pack_b": _pack_choices(gemm, task, instruction(gemm, task))[-1], "auto_unroll": 64}
+    return {"tile_i": (4, 4), "tile_j": (32, 2), "tile_k": (256 // ins.group,), "mid_order": "ij",
+            "pack_b": _pack_choices(gemm, task, ins)[-1], "auto_unroll": 64}
 
 
 def dot_relayouts(gemm, task: Task, ins: DotInstruction, cfg: Config) -> tuple[Relayout, ...]:
@@ -109,8 +115,9 @@ def apply_dot(gemm, task: Task, cfg: Config, ins: DotInstruction):
     else:
         sch.reorder(i0, j0, k0, *mid, k1, i2, jv, lanes, kg)
     outer = parallel_fused(sch, [i0, j0])
+    shifted = _shifts_a(task, ins)
     write_back = sch.get_sblock("C")
-    if _has_block(sch, "B_sum"):  # it reads the column sums too, made before the tiles: a pass of its own
+    if shifted:  # it reads the column sums too, made before the tiles: a pass of its own
         parallel_fused(sch, sch.get_loops(write_back)[:1])
     else:
         sch.reverse_compute_at(write_back, mid[-1] if whole_k else outer)
@@ -128,24 +135,16 @@ def apply_dot(gemm, task: Task, cfg: Config, ins: DotInstruction):
     init = sch.decompose_reduction(blk, k0)
     vectorize_inner(sch, init, jb)
     sch.tensorize(lanes, ins.intrin)
-    if _has_block(sch, "A_in"):
+    if shifted or rows != p[gemm.m]:  # A copied (`_dot_func`)
         a_in = sch.get_sblock("A_in")
         parallel_fused(sch, sch.get_loops(a_in)[:1])
         vectorize_inner(sch, a_in, 64)
-    if _has_block(sch, "B_sum"):
+    if shifted:
         _schedule_column_sums(sch, ins)
     annotate_unroll(sch, outer, cfg["auto_unroll"])
     if ins.llvm_import:
         sch.annotate(outer, "pragma_import_llvm", ins.llvm_import)
     return sch
-
-
-def _has_block(sch, name: str) -> bool:
-    try:
-        sch.get_sblock(name)
-        return True
-    except Exception:  # noqa: BLE001 - TVM raises its own error type for a missing block
-        return False
 
 
 def _schedule_column_sums(sch, ins: DotInstruction) -> None:
@@ -172,7 +171,7 @@ def _dot_func(gemm, task: Task, ins: DotInstruction, rows: int, padded: int, jb:
     p = task.shape
     m, n, kk, g = p[gemm.m], p[gemm.n], p[gemm.k], ins.group
     a, b, _ = task.opdef.compute(p, task.dtype)
-    shifted = ins.a_type != kind.storage  # int8 A read as uint8 (A + 128)
+    shifted = _shifts_a(task, ins)
     if shifted or rows != m:
         def a_value(i, k):
             value = a[te.min(i, m - 1) if rows != m else i, k]

@@ -70,6 +70,7 @@ BATCH_MATMUL = Gemm("M", "N", "K", batch="B", b_name="Bm")
 # A uKernel of a dynamic-shape matmul runs many times per call on row blocks of A: packing B in
 # each call would repeat the same copy, so its template reads B in place (and so cannot pad it).
 MATMUL_UKERNEL = Gemm("M", "N", "K", pack_choices=("none",), pad=False)
+GEMMS = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}  # an operator's default templates' Gemm
 
 
 def define_gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
@@ -207,7 +208,7 @@ def from_task_func(sch, block, task: Task, cfg: Config) -> dict[str, Any]:
     the function: a plain copy marked PREPACK, which TVM's layout rewrite moves out of the kernel; when N is padded
     the copy writes zeros too, which that rewrite cannot move, so it packs in the kernel (parallel, vectorised).
     """
-    gemm = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}[task.op]
+    gemm = GEMMS[task.op]
     p = task.shape
     rows, cols, jb = math.prod(cfg["tile_i"]), math.prod(cfg["tile_j"]), cfg["tile_j"][-1]
     pad_rows, pad_cols = int(rows != p[gemm.m]), int(cols != p[gemm.n])
@@ -296,12 +297,13 @@ def gemm_relayouts_of(gemm: Gemm, task: Task, cfg: Config) -> tuple[Relayout, ..
 
 def gemm_preferences_of(gemm: Gemm, task: Task) -> dict[str, Any]:
     """The untuned config, on the path `gemm_space` chose."""
-    return dot_preferences(gemm, task) if instruction(gemm, task) else gemm_preferences(gemm, task)
+    ins = instruction(gemm, task)
+    return dot_preferences(gemm, task, ins) if ins else gemm_preferences(gemm, task)
 
 
 def gemm_from_task_func(sch, block, task: Task, cfg: Config) -> dict[str, Any]:
     """`from_task_func` of the fp32 path; the dot-product path's kernels are not exported to MetaSchedule."""
-    gemm = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}[task.op]
+    gemm = GEMMS[task.op]
     if instruction(gemm, task):
         raise RuntimeError(f"{task.dtype} kernels using dot-product instructions are not exported to MetaSchedule")
     return from_task_func(sch, block, task, cfg)

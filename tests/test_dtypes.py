@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.operators import check_output, element_type, random_inputs, reduction_size, reference_output
-from autotune.target import cpu_features, parse_target, to_tvm_target
+from autotune.operators import check_output, element_type, random_inputs, reference_output
+from autotune.target import cpu_features, parse_target
 from autotune.task import Task, make_task
 from autotune.templates import default_template, space_of
+
+from tests.test_search_spaces import _run as run_config
 
 HOST = parse_target("llvm")
 HAS = cpu_features(HOST)
@@ -59,20 +61,6 @@ def test_references_and_tolerances_catch_a_wrong_kernel() -> None:
     assert "max abs error" in check_output(short, ref, 64, "bfloat16")
 
 
-def _run(task, cfg) -> str | None:
-    """Compile config `cfg` of the task's default template, run it, check it against the reference."""
-    import tvm
-
-    template = default_template(task)
-    ex = tvm.compile(template.kernel(task, cfg), target=to_tvm_target(task.target))
-    inputs = random_inputs(task.opdef, task.shape, task.dtype, seed=3)
-    args = [tvm.runtime.tensor(a) for a in template.kernel_inputs(task, cfg, inputs)]
-    ref = reference_output(task.opdef, task.shape, task.dtype, inputs)
-    out = tvm.runtime.tensor(task.element.unfilled(ref.shape))
-    ex(*args, out)
-    return check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape), task.dtype)
-
-
 def _check_configs(task, n: int, expect_dot: bool) -> None:
     template = default_template(task)
     space = space_of(template, task)
@@ -84,7 +72,7 @@ def _check_configs(task, n: int, expect_dot: bool) -> None:
     preferred = space.index_of(space.nearest(template.preferences(task)))
     for index in [preferred, *space.sample(rng, n)]:
         cfg = space.get(index)
-        assert _run(task, cfg) is None, cfg.knobs
+        assert run_config(task, None, template, cfg) is None, cfg.knobs
 
 
 NEEDS = {"int8": "avx512vnni", "bfloat16": "avx512bf16"}

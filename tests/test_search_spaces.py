@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from autotune.operators import check_output, default_template_ref, default_template_refs, random_inputs, reduction_size
+from autotune.operators import (check_output, default_template_ref, default_template_refs, random_inputs,
+                                reduction_size, reference_output)
 from autotune.space import Config, ConfigSpace
 from autotune.target import to_tvm_target
 from autotune.task import Task, make_task
@@ -68,10 +69,10 @@ def _run(task: Task, sch, template=None, cfg=None) -> str | None:
     ex = tvm.compile(template.kernel(task, cfg) if template else sch.mod, target=to_tvm_target(task.target))
     inputs = random_inputs(task.opdef, task.shape, task.dtype)
     args = [tvm.runtime.tensor(x) for x in (template.kernel_inputs(task, cfg, inputs) if template else inputs)]
-    out = tvm.runtime.empty(task.opdef.output_shape(task.shape), task.dtype)
+    ref = reference_output(task.opdef, task.shape, task.dtype, inputs)
+    out = tvm.runtime.tensor(task.element.unfilled(ref.shape))
     ex(*args, out)
-    ref = task.opdef.reference(task.shape, inputs)
-    return check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape))
+    return check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape), task.dtype)
 
 
 @pytest.mark.parametrize("op,shape", SWEEP)

@@ -1,5 +1,5 @@
 """Element types a task may have: what its inputs are stored as, what its sums accumulate in, what it outputs,
-how its test inputs are drawn, how its numpy reference is rounded and how close a kernel must come to it.
+and how its test inputs are drawn (how close a kernel must come to the reference: `numerics.check_output`).
 
 - float32: fp32 in, fp32 sums, fp32 out.
 - bfloat16: bf16 in (a model in `torch.bfloat16`), sums in fp32, rounded to bf16 out (as PyTorch's bf16 linear
@@ -16,7 +16,6 @@ import numpy as np
 
 from ..errors import AutotuneError
 
-BF16_STEP = 2.0 ** -7  # bf16's 8-bit significand: a value v is stored within |v| * 2**-8 (half a step)
 
 
 @dataclass(frozen=True)
@@ -79,24 +78,3 @@ def element_type(dtype: str) -> ElementType:
 def in_type(expr, dtype: str):
     """A TE expression cast to `dtype` (unchanged when it is already of that type)."""
     return expr if str(expr.dtype) == dtype else expr.astype(dtype)
-
-
-def check_against(out: np.ndarray, ref: np.ndarray, reduction: int, dtype: str) -> str | None:
-    """None when a kernel's `out` matches the float64 reference sum `ref` as closely as `dtype` allows, else why
-    not: equal for integers; within fp32 round-off of a sum of `reduction` terms (plus half a bf16 step of the
-    largest value for bfloat16) otherwise."""
-    kind = element_type(dtype)
-    if out.shape != ref.shape:
-        return f"output shape {out.shape} != reference {ref.shape}"
-    if kind.exact:
-        wrong = np.count_nonzero(out.astype(np.int64) != ref.astype(np.int64))
-        return None if not wrong else f"{wrong} of {out.size} outputs differ from the exact integer reference"
-    got = out.astype(np.float64)
-    if not np.all(np.isfinite(got)):
-        return "output has NaN/Inf"
-    scale = max(1.0, float(np.abs(ref).max()))
-    tol = 1e-5 * max(1.0, np.sqrt(reduction)) * scale
-    if kind.output == "bfloat16":
-        tol += BF16_STEP / 2 * float(np.abs(ref).max())
-    err = float(np.abs(got - ref).max())
-    return None if err <= tol else f"max abs error {err:.3g} > tolerance {tol:.3g}"
