@@ -113,7 +113,9 @@ def main() -> None:
             ours, theirs, f32 = med[("ours", dtype)], med[("torch", dtype)], med[("ours", "float32")]
             rows.append(f"| {name} | {dtype} | {ours * 1e3:.3f} | {flops / ours / 1e9:.0f} | {theirs * 1e3:.3f} | "
                         f"{theirs / ours:.2f}x | {f32 * 1e3:.3f} | {f32 / ours:.2f}x |")
-    body = (f"CPU {cpu_name(target)}; dot-product features: {', '.join(have) or 'none'}; {args.threads} threads; "
+    body = ("# Narrow dtypes: bf16 and int8 GEMMs against torch in the same type and our fp32 "
+            "(`benchmarks/bench_dtypes.py`)\n\n"
+            f"CPU {cpu_name(target)}; dot-product features: {', '.join(have) or 'none'}; {args.threads} threads; "
             f"{args.trials} trials per task (xgb); median of {args.rounds} interleaved rounds.\n\n"
             "| shape | dtype | ours ms | ours G/s | torch ms | vs torch | our fp32 ms | vs our fp32 |\n"
             "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
