@@ -24,6 +24,7 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import Relayout
 
+from .amx_intrinsics import COLS, ROWS, TileInstruction, tile_instruction
 from .common import (
     MAX_PAD,
     annotate_unroll,
@@ -41,16 +42,26 @@ REG_COLS = 64  # register-tile columns (j2) at most: 4 instructions per row
 K_GROUPS = 512  # k1 (in groups) at most
 
 
-def instruction(gemm, task: Task) -> DotInstruction | None:
-    """The dot-product instruction this task's GEMM uses, or None (then the fp32 path's schedule, widened): also
-    None when N cannot be tiled by whole instructions (padded by at most MAX_PAD)."""
-    n = task.shape[gemm.n]
-    if -(-n // LANES) * LANES - n > MAX_PAD * n:
+def instruction(gemm, task: Task) -> DotInstruction | TileInstruction | None:
+    """The instruction this task's GEMM uses: AMX tiles (`gemm_amx`), else a dot-product instruction (this module),
+    else None (the fp32 path's schedule, inputs widened). Each only where M and N can be tiled by its blocks
+    (padded by at most MAX_PAD)."""
+    m, n, k = (task.shape[d] for d in (gemm.m, gemm.n, gemm.k))
+    if _tiles(m, ROWS) and _tiles(n, COLS):
+        tiles = tile_instruction(task, m, n, k, b_packed_ahead=gemm.b_transposed)
+        if tiles:
+            return tiles
+    if not _tiles(n, LANES):
         return None
-    return dot_instruction(task, task.shape[gemm.k], b_packed_ahead=gemm.b_transposed)
+    return dot_instruction(task, k, b_packed_ahead=gemm.b_transposed)
 
 
-def define_dot_space(gemm, task: Task, ins: DotInstruction) -> ConfigSpace:
+def _tiles(extent: int, block: int) -> bool:
+    """Whether whole blocks cover `extent` with at most MAX_PAD of padding."""
+    return -(-extent // block) * block - extent <= MAX_PAD * extent
+
+
+def define_space(gemm, task: Task, ins: DotInstruction) -> ConfigSpace:
     """Tiles of i, j (whole instructions) and k (in groups), mid-tile order, B packing and unrolling."""
     p = task.shape
     return ConfigSpace(knobs=(
@@ -58,18 +69,18 @@ def define_dot_space(gemm, task: Task, ins: DotInstruction) -> ConfigSpace:
         tile_knob("tile_j", p[gemm.n], 3, inner_max=REG_COLS, lanes=LANES, pad=True),
         tile_knob("tile_k", p[gemm.k] // ins.group, 2, inner_max=K_GROUPS),
         choice_knob("mid_order", ("ij", "ji")),
-        choice_knob("pack_b", _pack_choices(gemm, task, ins)),
+        choice_knob("pack_b", pack_choices(gemm, task, ins)),
         unroll_knob(),
     ), register=("tile_i", "tile_j"), max_register_tile=register_budget(task))
 
 
-def _shifts_a(task: Task, ins: DotInstruction) -> bool:
+def _shifts_a(task: Task, ins: DotInstruction | TileInstruction) -> bool:
     """Whether A is read shifted into the instruction's unsigned type (int8: A + 128, and B's column sums taken
     off the sums)."""
     return ins.a_type != task.element.storage
 
 
-def _pack_choices(gemm, task: Task, ins: DotInstruction) -> tuple[str, ...]:
+def pack_choices(gemm, task: Task, ins: DotInstruction | TileInstruction) -> tuple[str, ...]:
     """Dense's weight is packed ahead; matmul's B in the kernel, per outer tile too unless its column sums
     (int8) read all of it first."""
     if gemm.b_transposed:
@@ -77,13 +88,13 @@ def _pack_choices(gemm, task: Task, ins: DotInstruction) -> tuple[str, ...]:
     return ("root",) if _shifts_a(task, ins) else ("root", "tile")
 
 
-def dot_preferences(gemm, task: Task, ins: DotInstruction) -> dict[str, Any]:
+def preferences(gemm, task: Task, ins: DotInstruction) -> dict[str, Any]:
     """Untuned config: 4 rows x 2 instructions (8 accumulators), k blocks of 256 elements."""
     return {"tile_i": (4, 4), "tile_j": (32, 2), "tile_k": (256 // ins.group,), "mid_order": "ij",
-            "pack_b": _pack_choices(gemm, task, ins)[-1], "auto_unroll": 64}
+            "pack_b": pack_choices(gemm, task, ins)[-1], "auto_unroll": 64}
 
 
-def dot_relayouts(gemm, task: Task, ins: DotInstruction, cfg: Config) -> tuple[Relayout, ...]:
+def relayouts(gemm, task: Task, ins: DotInstruction | TileInstruction, cfg: Config) -> tuple[Relayout, ...]:
     """Dense's W [N, K] arrives as [N/j2, K/group, j2, group] ("pre"), N padded to whole tiles with zeros."""
     if cfg["pack_b"] != "pre":
         return ()
@@ -92,7 +103,7 @@ def dot_relayouts(gemm, task: Task, ins: DotInstruction, cfg: Config) -> tuple[R
     return (Relayout(1, lambda jj, kk: (jj // jb, kk // g, jj % jb, kk % g), shape),)
 
 
-def apply_dot(gemm, task: Task, cfg: Config, ins: DotInstruction):
+def apply(gemm, task: Task, cfg: Config, ins: DotInstruction):
     """Build the schedule of one config (raises on an illegal one)."""
     from tvm import s_tir
 
@@ -101,7 +112,7 @@ def apply_dot(gemm, task: Task, cfg: Config, ins: DotInstruction):
     if rows < p[gemm.m] or cols < p[gemm.n]:
         raise RuntimeError(f"tiles {rows} x {cols} do not cover {p[gemm.m]} x {p[gemm.n]}")
     jb = cfg["tile_j"][-1]
-    sch = s_tir.Schedule(_dot_func(gemm, task, ins, rows, cols, jb, cfg["pack_b"] == "pre"))
+    sch = s_tir.Schedule(dot_func(gemm, task, ins, rows, cols, jb, cfg["pack_b"] == "pre"))
     blk = sch.get_sblock("C_acc")
     i, j, k, kg = sch.get_loops(blk)
     i0, i1, i2 = split(sch, i, cfg["tile_i"])
@@ -162,7 +173,7 @@ def _schedule_column_sums(sch, ins: DotInstruction) -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def _dot_func(gemm, task: Task, ins: DotInstruction, rows: int, padded: int, jb: int, pre: bool):
+def dot_func(gemm, task: Task, ins: DotInstruction | TileInstruction, rows: int, padded: int, jb: int, pre: bool):
     """C_acc [rows, padded] = A_in B' in the accumulation type, k as (K/group, group); C = C_acc[:M, :N] (less
     B_sum for int8, rounded for bf16). Cached: configs that differ in their schedule only share it."""
     from tvm import te, tirx

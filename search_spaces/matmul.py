@@ -31,6 +31,7 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import PREPACK, Relayout, Template
 
+from . import gemm_amx, gemm_dot
 from .common import (
     VECTOR_LANES,
     annotate_unroll,
@@ -44,7 +45,7 @@ from .common import (
     vectorize_inner,
     vectorize_loop,
 )
-from .gemm_dot import apply_dot, define_dot_space, dot_preferences, dot_relayouts, instruction
+from .gemm_dot import instruction
 
 REG_ROWS = 16  # register-tile rows (i2) at most
 REG_COLS = 64  # register-tile columns (j2) at most: 4 zmm (8 ymm) registers per row
@@ -276,29 +277,39 @@ def gemm_preferences(gemm: Gemm, task: Task) -> dict[str, Any]:
             "mid_order": "ij", "pack_b": "tile" if task.shape[gemm.m] >= 16 else "none", "auto_unroll": 64}
 
 
-def gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
-    """The space of a GEMM-family task: the dot-product path's where its dtype has an instruction on the target
-    (`gemm_dot`), else the fp32 path's (narrow inputs widened)."""
+def _path(gemm: Gemm, task: Task):
+    """(instruction, module of its schedules) of a task's narrow path (`gemm_amx` or `gemm_dot`: `define_space`,
+    `apply`, `preferences`, `relayouts`), or (None, None) for the fp32 path."""
     ins = instruction(gemm, task)
-    return define_dot_space(gemm, task, ins) if ins else define_gemm_space(gemm, task)
+    if ins is None:
+        return None, None
+    return ins, gemm_amx if isinstance(ins, gemm_amx.TileInstruction) else gemm_dot
+
+
+def gemm_space(gemm: Gemm, task: Task) -> ConfigSpace:
+    """The space of a GEMM-family task: AMX's or the dot-product path's where its dtype has an instruction on the
+    target, else the fp32 path's (narrow inputs widened)."""
+    ins, path = _path(gemm, task)
+    return path.define_space(gemm, task, ins) if path else define_gemm_space(gemm, task)
 
 
 def gemm_apply(gemm: Gemm, task: Task, cfg: Config):
     """Schedule of one config, on the path `gemm_space` chose."""
-    ins = instruction(gemm, task)
-    return apply_dot(gemm, task, cfg, ins) if ins else apply_gemm(gemm, task, cfg)
+    ins, path = _path(gemm, task)
+    return path.apply(gemm, task, cfg, ins) if path else apply_gemm(gemm, task, cfg)
 
 
 def gemm_relayouts_of(gemm: Gemm, task: Task, cfg: Config) -> tuple[Relayout, ...]:
-    """The operands a config's kernel takes relaid, on the path `gemm_space` chose."""
-    ins = instruction(gemm, task)
-    return dot_relayouts(gemm, task, ins, cfg) if ins else gemm_relayouts(gemm, cfg)
+    """The operands a config's kernel takes relaid, on the path `gemm_space` chose (both narrow paths pack B
+    alike)."""
+    ins, path = _path(gemm, task)
+    return gemm_dot.relayouts(gemm, task, ins, cfg) if path else gemm_relayouts(gemm, cfg)
 
 
 def gemm_preferences_of(gemm: Gemm, task: Task) -> dict[str, Any]:
     """The untuned config, on the path `gemm_space` chose."""
-    ins = instruction(gemm, task)
-    return dot_preferences(gemm, task, ins) if ins else gemm_preferences(gemm, task)
+    ins, path = _path(gemm, task)
+    return path.preferences(gemm, task, ins) if path else gemm_preferences(gemm, task)
 
 
 def gemm_from_task_func(sch, block, task: Task, cfg: Config) -> dict[str, Any]:

@@ -61,13 +61,16 @@ def test_references_and_tolerances_catch_a_wrong_kernel() -> None:
     assert "max abs error" in check_output(short, ref, 64, "bfloat16")
 
 
-def _check_configs(task, n: int, expect_dot: bool) -> None:
+def _check_configs(task, n: int, feature: str | None) -> None:
+    """The task's GEMM uses the instruction of `feature` (None: none, inputs widened); its preferred config and `n`
+    random ones match the reference."""
+    from search_spaces.gemm_dot import instruction
+    from search_spaces.matmul import GEMMS
+
+    ins = instruction(GEMMS[task.op], task)
+    assert (ins.feature if ins else None) == feature
     template = default_template(task)
     space = space_of(template, task)
-    from search_spaces.gemm_dot import instruction
-    from search_spaces.matmul import DENSE, MATMUL
-
-    assert (instruction({"dense": DENSE, "matmul": MATMUL}[task.op], task) is not None) == expect_dot
     rng = np.random.default_rng(7)
     preferred = space.index_of(space.nearest(template.preferences(task)))
     for index in [preferred, *space.sample(rng, n)]:
@@ -75,19 +78,21 @@ def _check_configs(task, n: int, expect_dot: bool) -> None:
         assert run_config(task, None, template, cfg) is None, cfg.knobs
 
 
-NEEDS = {"int8": "avx512vnni", "bfloat16": "avx512bf16"}
-DOT_CASES = [
-    ("dense", "batch=10,in_features=64,out_features=60", "int8"),  # M and N padded
-    ("matmul", "M=16,N=48,K=36", "int8"),
-    ("dense", "batch=8,in_features=34,out_features=32", "bfloat16"),
+INSTRUCTION_CASES = [
+    ("dense", "batch=10,in_features=64,out_features=60", "int8", "avx512vnni"),  # M and N padded
+    ("matmul", "M=16,N=48,K=36", "int8", "avx512vnni"),
+    ("dense", "batch=8,in_features=34,out_features=32", "bfloat16", "avx512bf16"),
+    ("dense", "batch=64,in_features=128,out_features=96", "int8", "amx-int8"),
+    ("matmul", "M=62,N=64,K=192", "int8", "amx-int8"),  # M padded to whole 32-row blocks
+    ("dense", "batch=64,in_features=64,out_features=64", "bfloat16", "amx-bf16"),
 ]
 
 
-@pytest.mark.parametrize("op,shape,dtype", DOT_CASES)
-def test_dot_product_kernels_match_the_reference(op, shape, dtype) -> None:
-    if NEEDS[dtype] not in HAS or "avx512f" not in HAS:
-        pytest.skip(f"this CPU has no {NEEDS[dtype]}")
-    _check_configs(make_task(op, shape, dtype), 3, expect_dot=True)
+@pytest.mark.parametrize("op,shape,dtype,feature", INSTRUCTION_CASES)
+def test_instruction_kernels_match_the_reference(op, shape, dtype, feature) -> None:
+    if feature not in HAS or "avx512f" not in HAS:
+        pytest.skip(f"this CPU has no {feature}")
+    _check_configs(make_task(op, shape, dtype), 3, feature)
 
 
 @pytest.mark.parametrize("op,shape,dtype", [
@@ -96,7 +101,7 @@ def test_dot_product_kernels_match_the_reference(op, shape, dtype) -> None:
     ("dense", "batch=6,in_features=16,out_features=20", "bfloat16"),
 ])
 def test_without_the_instruction_inputs_are_widened(op, shape, dtype) -> None:
-    _check_configs(make_task(op, shape, dtype, target=HASWELL if dtype == "bfloat16" else HOST), 2, expect_dot=False)
+    _check_configs(make_task(op, shape, dtype, target=HASWELL if dtype == "bfloat16" else HOST), 2, None)
 
 
 def test_int8_dense_tunes_end_to_end(tmp_path) -> None:
