@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from autotune.target import cpu_features
 from autotune.task import Task
 
+from .dot_intrinsics import operand_value
+
 ROWS = COLS = 32  # the C block of one call: 2 x 2 tiles of 16 x 16
 K_BYTES = 64  # bytes of A (and of a B tile's row) per k step
 
@@ -34,9 +36,6 @@ class TileInstruction:
     op: str
     element_bytes: int
     accumulate: str
-    # bf16 only from the kernel's arguments (TVM computes a bf16 buffer the kernel allocates in fp32): B packed
-    # ahead and M whole blocks of 32 rows
-    arguments_only: bool = False
 
     @property
     def k_step(self) -> int:
@@ -51,43 +50,41 @@ class TileInstruction:
     def llvm_import(self) -> str:
         return _llvm(self)
 
-    def intrin(self, kc: int) -> str:
-        """The tensor intrinsic of one 32 x 32 block over `kc` k elements (a multiple of k_step), registered with
-        TVM once per process."""
-        return _register(self, kc)
+    def intrin(self, kc: int, a_type: str, b_type: str) -> str:
+        """The tensor intrinsic of one 32 x 32 block over `kc` k elements (a multiple of k_step), for operands of
+        these types (`dot_intrinsics.kernel_type`), registered with TVM once per process."""
+        return _register(self, kc, a_type, b_type)
 
 
 INSTRUCTIONS = (
     TileInstruction("int8", "amx-int8", 4, "int8", "tdpbssd", 1, "int32"),
-    TileInstruction("bfloat16", "amx-bf16", 2, "bfloat16", "tdpbf16ps", 2, "float32", arguments_only=True),
+    TileInstruction("bfloat16", "amx-bf16", 2, "bfloat16", "tdpbf16ps", 2, "float32"),
 )
 
 
-def tile_instruction(task: Task, m: int, n: int, k: int, b_packed_ahead: bool) -> TileInstruction | None:
+def tile_instruction(task: Task, m: int, k: int) -> TileInstruction | None:
     """The AMX instruction an m x n x k GEMM of `task` can use on its target, or None: another dtype, a CPU without
-    AMX, k not whole k steps, fewer than 32 rows (the dot-product instructions do better on so few), or bf16 with
-    B not packed ahead or m not whole blocks."""
+    AMX, k not whole k steps, or fewer than 32 rows (the dot-product instructions do better on so few)."""
     if task.target_kind != "llvm" or m < ROWS:
         return None
     features = cpu_features(task.target)
     for ins in INSTRUCTIONS:
-        if ins.dtype == task.dtype and {ins.feature, "amx-tile"} <= features and k % ins.k_step == 0 \
-                and (not ins.arguments_only or (b_packed_ahead and m % ROWS == 0)):
+        if ins.dtype == task.dtype and {ins.feature, "amx-tile"} <= features and k % ins.k_step == 0:
             return ins
     return None
 
 
 @functools.lru_cache(maxsize=None)
-def _register(ins: TileInstruction, kc: int) -> str:
+def _register(ins: TileInstruction, kc: int, a_type: str, b_type: str) -> str:
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
-    g, storage, acc, name = kc // ins.group, ins.a_type, ins.accumulate, f"{ins.function}_k{kc}"
+    g, acc, name = kc // ins.group, ins.accumulate, f"{ins.function}_k{kc}_{a_type}_{b_type}"
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (ROWS, kc), storage, offset_factor=1)
-        B = T.match_buffer(b, (1, g, COLS, ins.group), storage, offset_factor=1)
+        A = T.match_buffer(a, (ROWS, kc), a_type, offset_factor=1)
+        B = T.match_buffer(b, (1, g, COLS, ins.group), b_type, offset_factor=1)
         C = T.match_buffer(c, (ROWS, COLS), acc, offset_factor=1)
         with T.sblock("root"):
             T.reads(C[0:ROWS, 0:COLS], A[0:ROWS, 0:kc], B[0:1, 0:g, 0:COLS, 0:ins.group])
@@ -95,14 +92,15 @@ def _register(ins: TileInstruction, kc: int) -> str:
             for i, j, k, kk in T.grid(ROWS, COLS, g, ins.group):
                 with T.sblock("update"):
                     vi, vj, vk, vkk = T.axis.remap("SSRR", [i, j, k, kk])
-                    C[vi, vj] = C[vi, vj] + T.cast(A[vi, vk * ins.group + vkk], acc) * T.cast(B[0, vk, vj, vkk], acc)
+                    C[vi, vj] = C[vi, vj] + (operand_value(A[vi, vk * ins.group + vkk], a_type, acc)
+                                             * operand_value(B[0, vk, vj, vkk], b_type, acc))
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
         lda = T.int32()
         ldc = T.int32()
-        A = T.match_buffer(a, (ROWS, kc), storage, offset_factor=1, strides=[lda, 1])
-        B = T.match_buffer(b, (1, g, COLS, ins.group), storage, offset_factor=1)
+        A = T.match_buffer(a, (ROWS, kc), a_type, offset_factor=1, strides=[lda, 1])
+        B = T.match_buffer(b, (1, g, COLS, ins.group), b_type, offset_factor=1)
         C = T.match_buffer(c, (ROWS, COLS), acc, offset_factor=1, strides=[ldc, 1])
         with T.sblock("root"):
             T.reads(C[0:ROWS, 0:COLS], A[0:ROWS, 0:kc], B[0:1, 0:g, 0:COLS, 0:ins.group])

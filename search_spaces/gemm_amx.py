@@ -1,5 +1,5 @@
-"""The GEMM templates' path for int8 and bf16 on a CPU with AMX (`amx_intrinsics`): matmul and dense (bf16: dense,
-its weight packed ahead); `matmul` chooses it per task.
+"""The GEMM templates' path for int8 and bf16 on a CPU with AMX (`amx_intrinsics`): matmul and dense; `matmul`
+chooses it per task (`gemm_dot.instruction`).
 
 The register tile of the other paths becomes one 32 x 32 block of four accumulator tiles, summed over a k chunk
 (k1) in one call: parallel i0 x j0 tiles, k0 blocking, a mid tile of blocks (order a knob), then the call. The
@@ -17,7 +17,7 @@ from autotune.task import Task
 
 from .amx_intrinsics import COLS, ROWS, TileInstruction
 from .common import parallel_fused, split, tile_knob, vectorize_inner
-from .gemm_dot import K_GROUPS, dot_func, pack_choices
+from .gemm_dot import K_GROUPS, dot_func, operand_types, pack_choices
 
 K_MIN = 256  # bytes of A a call sums over at least: fewer repay the tile configuration and C's load and store less
 
@@ -29,7 +29,7 @@ def define_space(gemm, task: Task, ins: TileInstruction) -> ConfigSpace:
     tile_k = tile_knob("tile_k", p[gemm.k] // ins.group, 2, inner_max=K_GROUPS, lanes=step)
     long = [c for c in tile_k.candidates if c[-1] * ins.group * ins.element_bytes >= K_MIN]
     return ConfigSpace(knobs=(
-        tile_knob("tile_i", p[gemm.m], 3, inner_max=ROWS, lanes=ROWS, pad=not ins.arguments_only),
+        tile_knob("tile_i", p[gemm.m], 3, inner_max=ROWS, lanes=ROWS, pad=True),
         tile_knob("tile_j", p[gemm.n], 3, inner_max=COLS, lanes=COLS, pad=True),
         Knob(tile_k.name, tile_k.kind, tuple(long) or tile_k.candidates),
         choice_knob("mid_order", ("ij", "ji")),
@@ -85,6 +85,6 @@ def apply(gemm, task: Task, cfg: Config, ins: TileInstruction):
         vectorize_inner(sch, a_in, 64)
     init = sch.decompose_reduction(blk, k0)
     vectorize_inner(sch, init, 16)
-    sch.tensorize(i2, ins.intrin(kc))
+    sch.tensorize(i2, ins.intrin(kc, *operand_types(gemm, task, ins, rows, cfg["pack_b"] == "pre")))
     sch.annotate(outer, "pragma_import_llvm", ins.llvm_import)
     return sch

@@ -1,6 +1,6 @@
 """The GEMM templates' path for narrow inputs on a CPU with a dot-product instruction (`dot_intrinsics`):
-int8 through AVX-512 VNNI (matmul and dense), bf16 through AVX-512 BF16 (dense: its weight arrives packed);
-`matmul` chooses it per task.
+int8 through AVX-512 VNNI, bf16 through AVX-512 BF16; matmul and dense (`matmul` chooses the path per task:
+`instruction`).
 
 Same loop structure as the fp32 path (parallel i0 x j0 tiles, k0 cache blocking, mid tile, k1, register tile
 i2 x j2 with j2 whole instructions of 16 lanes), but k is split into K/group x group and each 16 lanes x group
@@ -35,7 +35,7 @@ from .common import (
     unroll_knob,
     vectorize_inner,
 )
-from .dot_intrinsics import LANES, DotInstruction, dot_instruction
+from .dot_intrinsics import BITS, LANES, DotInstruction, dot_instruction, kernel_type, operand_value, to_bits
 
 REG_ROWS = 16  # register-tile rows (i2) at most
 REG_COLS = 64  # register-tile columns (j2) at most: 4 instructions per row
@@ -48,12 +48,12 @@ def instruction(gemm, task: Task) -> DotInstruction | TileInstruction | None:
     (padded by at most MAX_PAD)."""
     m, n, k = (task.shape[d] for d in (gemm.m, gemm.n, gemm.k))
     if _tiles(m, ROWS) and _tiles(n, COLS):
-        tiles = tile_instruction(task, m, n, k, b_packed_ahead=gemm.b_transposed)
+        tiles = tile_instruction(task, m, k)
         if tiles:
             return tiles
     if not _tiles(n, LANES):
         return None
-    return dot_instruction(task, k, b_packed_ahead=gemm.b_transposed)
+    return dot_instruction(task, k)
 
 
 def _tiles(extent: int, block: int) -> bool:
@@ -65,7 +65,7 @@ def define_space(gemm, task: Task, ins: DotInstruction) -> ConfigSpace:
     """Tiles of i, j (whole instructions) and k (in groups), mid-tile order, B packing and unrolling."""
     p = task.shape
     return ConfigSpace(knobs=(
-        tile_knob("tile_i", p[gemm.m], 3, inner_max=REG_ROWS, pad=not ins.arguments_only),
+        tile_knob("tile_i", p[gemm.m], 3, inner_max=REG_ROWS, pad=True),
         tile_knob("tile_j", p[gemm.n], 3, inner_max=REG_COLS, lanes=LANES, pad=True),
         tile_knob("tile_k", p[gemm.k] // ins.group, 2, inner_max=K_GROUPS),
         choice_knob("mid_order", ("ij", "ji")),
@@ -145,20 +145,20 @@ def apply(gemm, task: Task, cfg: Config, ins: DotInstruction):
     sch.unroll(jv)
     init = sch.decompose_reduction(blk, k0)
     vectorize_inner(sch, init, jb)
-    sch.tensorize(lanes, ins.intrin)
+    sch.tensorize(lanes, ins.intrin(*operand_types(gemm, task, ins, rows, cfg["pack_b"] == "pre")))
     if shifted or rows != p[gemm.m]:  # A copied (`_dot_func`)
         a_in = sch.get_sblock("A_in")
         parallel_fused(sch, sch.get_loops(a_in)[:1])
         vectorize_inner(sch, a_in, 64)
     if shifted:
-        _schedule_column_sums(sch, ins)
+        _schedule_column_sums(sch, ins, operand_types(gemm, task, ins, rows, cfg["pack_b"] == "pre")[1])
     annotate_unroll(sch, outer, cfg["auto_unroll"])
     if ins.llvm_import:
         sch.annotate(outer, "pragma_import_llvm", ins.llvm_import)
     return sch
 
 
-def _schedule_column_sums(sch, ins: DotInstruction) -> None:
+def _schedule_column_sums(sch, ins: DotInstruction, b_type: str) -> None:
     """B_sum[j] = sum_k 128 * B[k, j], one instruction per 16 columns x group k (the constant operand "ones")."""
     ones = sch.get_sblock("ones")
     vectorize_inner(sch, ones, 64)
@@ -169,7 +169,18 @@ def _schedule_column_sums(sch, ins: DotInstruction) -> None:
     sch.parallel(jo)
     init = sch.decompose_reduction(blk, k)
     vectorize_inner(sch, init, LANES)
-    sch.tensorize(lanes, ins.intrin)
+    sch.tensorize(lanes, ins.intrin(ins.a_type, b_type))
+
+
+def operand_types(gemm, task: Task, ins: DotInstruction | TileInstruction, rows: int, pre: bool) -> tuple[str, str]:
+    """The types of A and B as the kernel's GEMM block reads them: its arguments as they are; its own copies (A
+    shifted or padded, B packed in the kernel) as `kernel_type` has them (bf16 as bits); A shifted as uint8."""
+    storage = task.element.storage
+    if _shifts_a(task, ins):
+        a_type = ins.a_type
+    else:
+        a_type = kernel_type(storage) if rows != task.shape[gemm.m] else storage
+    return a_type, storage if pre else kernel_type(storage)
 
 
 @functools.lru_cache(maxsize=256)
@@ -183,10 +194,13 @@ def dot_func(gemm, task: Task, ins: DotInstruction | TileInstruction, rows: int,
     m, n, kk, g = p[gemm.m], p[gemm.n], p[gemm.k], ins.group
     a, b, _ = task.opdef.compute(p, task.dtype)
     shifted = _shifts_a(task, ins)
+    a_type, b_type = operand_types(gemm, task, ins, rows, pre)
     if shifted or rows != m:
         def a_value(i, k):
             value = a[te.min(i, m - 1) if rows != m else i, k]
-            return (value.astype("int32") + 128).astype(ins.a_type) if shifted else value
+            if shifted:
+                return (value.astype("int32") + 128).astype(ins.a_type)
+            return to_bits(value) if a_type == BITS else value
         a_in = te.compute((rows, kk), a_value, name="A_in")
     else:
         a_in = a
@@ -201,21 +215,27 @@ def dot_func(gemm, task: Task, ins: DotInstruction | TileInstruction, rows: int,
         packed = arg
     else:
         arg = b
-        packed = te.compute(shape, lambda jo, ko, jl, kl: b_value(jo * jb + jl, ko * g + kl), name="B_pack")
+        def b_copy(jo, ko, jl, kl):
+            value = b_value(jo * jb + jl, ko * g + kl)
+            return to_bits(value) if b_type == BITS else value
+        packed = te.compute(shape, b_copy, name="B_pack")
     acc = kind.accumulate
     ko = te.reduce_axis((0, kk // g), name="k")
     kl = te.reduce_axis((0, g), name="kg")
     c_acc = te.compute(
         (rows, padded),
-        lambda i, j: te.sum(a_in[i, ko * g + kl].astype(acc) * packed[j // jb, ko, j % jb, kl].astype(acc),
-                            axis=[ko, kl]), name="C_acc")
+        lambda i, j: te.sum(operand_value(a_in[i, ko * g + kl], a_type, acc)
+                            * operand_value(packed[j // jb, ko, j % jb, kl], b_type, acc), axis=[ko, kl]),
+        name="C_acc")
     if shifted:  # sum (A + 128) B = A B + 128 colsum(B)
         ones = te.compute((kk,), lambda k: tirx.const(128, ins.a_type), name="ones")
         so = te.reduce_axis((0, kk // g), name="k")
         sl = te.reduce_axis((0, g), name="kg")
         b_sum = te.compute(
-            (padded,), lambda j: te.sum(ones[so * g + sl].astype(acc) * packed[j // jb, so, j % jb, sl].astype(acc),
-                                        axis=[so, sl]), name="B_sum")
+            (padded,), lambda j: te.sum(operand_value(ones[so * g + sl], ins.a_type, acc)
+                                        * operand_value(packed[j // jb, so, j % jb, sl], b_type, acc),
+                                        axis=[so, sl]),
+            name="B_sum")
         out = te.compute((m, n), lambda i, j: c_acc[i, j] - b_sum[j], name="C")
     else:
         out = te.compute((m, n), lambda i, j: c_acc[i, j].astype(kind.output), name="C")

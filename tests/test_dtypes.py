@@ -19,6 +19,7 @@ from tests.test_search_spaces import _run as run_config
 HOST = parse_target("llvm")
 HAS = cpu_features(HOST)
 HASWELL = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}  # no dot-product instruction: the widened path
+COOPERLAKE = {"kind": "llvm", "mcpu": "cooperlake", "num-cores": 2}  # VNNI and AVX-512 BF16, no AMX
 
 
 def test_dtype_is_part_of_the_task_and_its_key() -> None:
@@ -78,27 +79,29 @@ def _check_configs(task, n: int, feature: str | None) -> None:
         assert run_config(task, None, template, cfg) is None, cfg.knobs
 
 
-INSTRUCTION_CASES = [
-    ("dense", "batch=10,in_features=64,out_features=60", "int8", "avx512vnni"),  # M and N padded
-    ("matmul", "M=16,N=48,K=36", "int8", "avx512vnni"),
-    ("dense", "batch=8,in_features=34,out_features=32", "bfloat16", "avx512bf16"),
-    ("dense", "batch=64,in_features=128,out_features=96", "int8", "amx-int8"),
-    ("matmul", "M=62,N=64,K=192", "int8", "amx-int8"),  # M padded to whole 32-row blocks
-    ("dense", "batch=64,in_features=64,out_features=64", "bfloat16", "amx-bf16"),
+INSTRUCTION_CASES = [  # (a target without AMX where the host may have it)
+    ("dense", "batch=10,in_features=64,out_features=60", "int8", "avx512vnni", HOST),  # M and N padded
+    ("matmul", "M=16,N=48,K=36", "int8", "avx512vnni", HOST),
+    ("dense", "batch=8,in_features=34,out_features=32", "bfloat16", "avx512bf16", HOST),
+    ("matmul", "M=20,N=48,K=34", "bfloat16", "avx512bf16", COOPERLAKE),  # B packed and A padded as bf16 bits
+    ("dense", "batch=64,in_features=128,out_features=96", "int8", "amx-int8", HOST),
+    ("matmul", "M=62,N=64,K=192", "int8", "amx-int8", HOST),  # M padded to whole 32-row blocks
+    ("dense", "batch=64,in_features=64,out_features=64", "bfloat16", "amx-bf16", HOST),
+    ("matmul", "M=62,N=64,K=96", "bfloat16", "amx-bf16", HOST),  # bits, as on the dot path
 ]
 
 
-@pytest.mark.parametrize("op,shape,dtype,feature", INSTRUCTION_CASES)
-def test_instruction_kernels_match_the_reference(op, shape, dtype, feature) -> None:
+@pytest.mark.parametrize("op,shape,dtype,feature,target", INSTRUCTION_CASES)
+def test_instruction_kernels_match_the_reference(op, shape, dtype, feature, target) -> None:
     if feature not in HAS or "avx512f" not in HAS:
         pytest.skip(f"this CPU has no {feature}")
-    _check_configs(make_task(op, shape, dtype), 3, feature)
+    _check_configs(make_task(op, shape, dtype, target=target), 3, feature)
 
 
 @pytest.mark.parametrize("op,shape,dtype", [
     ("matmul", "M=5,N=24,K=7", "int8"),  # K not a whole number of VNNI groups: widened on any CPU
     ("dense", "batch=3,in_features=8,out_features=40", "int8"),  # N not whole instructions within MAX_PAD
-    ("dense", "batch=6,in_features=16,out_features=20", "bfloat16"),
+    ("dense", "batch=6,in_features=16,out_features=20", "bfloat16"),  # (on haswell)
 ])
 def test_without_the_instruction_inputs_are_widened(op, shape, dtype) -> None:
     _check_configs(make_task(op, shape, dtype, target=HASWELL if dtype == "bfloat16" else HOST), 2, None)
