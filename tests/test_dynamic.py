@@ -213,3 +213,21 @@ def test_model_with_dynamic_batch_uses_dynamic_kernels(tuned_log, monkeypatch):
         assert calls[-1] == m
     with pytest.raises(AutotuneError, match="cannot be exported"):
         built.export_library("/tmp/never.so")
+
+
+def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):
+    """dense's uKernels take the weight packed (each its own tile): the dynamic kernel relays it for each; an int8
+    kernel takes int8 and gives exact int32."""
+    shape = "batch=1..80,in_features=64,out_features=48"
+    log = tmp_path / "dense.jsonl"
+    args = ["tune", "dense", "--shape", shape, "--dynamic", "--dtype", "int8", "--trials", "2", "--tuner", "random",
+            *UNHURRIED_CLI, "--log", str(log)]
+    assert main(args) == 0
+    kernel = load(log, "dense", shape, dtype="int8")
+    assert any(u.relayouts for u in kernel.ukernels)
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (48, 64)).astype(np.int8)
+    for rows in (1, 17, 80):
+        x = rng.integers(-128, 128, (rows, 64)).astype(np.int8)
+        y = kernel(x, w)
+        assert y.dtype == np.int32 and np.array_equal(y, x.astype(np.int32) @ w.astype(np.int32).T), rows

@@ -85,7 +85,8 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
     kernel = DynamicKernel(spec, compile_ukernels(spec, best, heights))
     print(kernel.describe(_report_sizes(spec.lo, spec.hi)))
     print(f"{result.trials} trials in {result.wall_s:.0f} s; log: {log}\n"
-          f"use it: autotune.dynamic.load({log!r}, {spec.op!r}, {args.shape!r})")
+          f"use it: autotune.dynamic.load({log!r}, {spec.op!r}, {args.shape!r}"
+          + (f", dtype={spec.dtype!r})" if spec.dtype != "float32" else ")"))
     return 0
 
 

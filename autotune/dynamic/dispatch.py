@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import AutotuneError
+from ..operators import element_type
 from ..records import Record
 from ..task import Task
+from ..templates import Relayout, relayout_array
 from ..measure.timing import time_calls
 from .compose import Plan, Planner
 from .spec import DynamicSpec
@@ -26,7 +28,7 @@ from .ukernels import CALL_OVERHEAD_S, op_cost, pad_cost_fn
 ALIGN = 64  # bytes: TVM's default buffer alignment, which its generated loads rely on
 
 
-def aligned_empty(shape: Sequence[int], dtype: str = "float32", zero: bool = False) -> np.ndarray:
+def aligned_empty(shape: Sequence[int], dtype: Any = "float32", zero: bool = False) -> np.ndarray:
     """A C-contiguous array whose data starts on a 64-byte boundary."""
     dt = np.dtype(dtype)
     n = int(np.prod(shape)) if len(shape) else 1
@@ -35,7 +37,7 @@ def aligned_empty(shape: Sequence[int], dtype: str = "float32", zero: bool = Fal
     return raw[start:start + n * dt.itemsize].view(dt).reshape(tuple(shape))
 
 
-def as_aligned(a: Any, dtype: str = "float32") -> np.ndarray:
+def as_aligned(a: Any, dtype: Any = "float32") -> np.ndarray:
     """`a` itself when it is an aligned C-contiguous array of `dtype`, else an aligned copy."""
     arr = np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a)
     if arr.dtype == dtype and arr.flags.c_contiguous and _ptr(arr) % ALIGN == 0:
@@ -59,6 +61,7 @@ class UKernel:
     mean_s: float  # measured when it was tuned (the planner's cost)
     record: Record | None = None
     scratch: list[np.ndarray] = field(default_factory=list)
+    relayouts: tuple[Relayout, ...] = ()  # fixed operands its kernel takes relaid (dense's weight, packed)
 
 
 class DynamicKernel:
@@ -70,6 +73,8 @@ class DynamicKernel:
         self.spec = spec
         self.ukernels = sorted(ukernels, key=lambda u: -u.height)
         self._sliced = (*spec.split.sliced, True)  # inputs..., output
+        kind = element_type(spec.dtype)
+        self._types = (*(kind.numpy_storage for _ in spec.split.sliced), kind.numpy_output)  # inputs..., output
         cost = op_cost(spec)
         self.planner = Planner([u.height for u in self.ukernels],
                                [u.mean_s + CALL_OVERHEAD_S for u in self.ukernels], pad_cost_fn(cost.row_bytes))
@@ -84,7 +89,7 @@ class DynamicKernel:
 
     def __call__(self, *inputs: Any) -> np.ndarray:
         """Inputs of any size along the dynamic dimension (axis 0) -> a new output array."""
-        arrays = [as_aligned(a, self.spec.dtype) for a in inputs]
+        arrays = [as_aligned(a, t) for a, t in zip(inputs, self._types)]
         if len(arrays) != len(self.spec.split.sliced) or arrays[0].ndim < 1:
             raise AutotuneError(f"{self.spec.op} takes {len(self.spec.split.sliced)} inputs, got {len(arrays)}")
         size = arrays[0].shape[0]
@@ -93,7 +98,7 @@ class DynamicKernel:
         if [tuple(a.shape) for a in arrays] != [tuple(s) for s in want]:
             raise AutotuneError(f"{self.spec} expects inputs of shapes {want} for {self.spec.dim}={size}, got "
                                 f"{[tuple(a.shape) for a in arrays]}")
-        out = aligned_empty(self.output_shape(size), self.spec.dtype)
+        out = aligned_empty(self.output_shape(size), self._types[-1])
         self.run(*arrays, out)
         return out
 
@@ -108,20 +113,33 @@ class DynamicKernel:
         sliced = self._sliced
         fixed_ok = all(s or _ptr(a) % ALIGN == 0 for a, s in zip(arrays, sliced))
         if not fixed_ok:  # an unaligned fixed operand (e.g. a weight): one aligned copy for this call
-            arrays = tuple(a if s else as_aligned(a, self.spec.dtype) for a, s in zip(arrays, sliced))
+            arrays = tuple(a if s else as_aligned(a, t) for a, s, t in zip(arrays, sliced, self._types))
         bases = [(_ptr(a), a.strides[0]) if s else None for a, s in zip(arrays, sliced)]
+        relaid: dict[int, Sequence[np.ndarray]] = {}  # uKernel -> the arrays with its fixed operands relaid
         for piece in plan.pieces:
             uk = self.ukernels[piece.kernel]
+            if piece.kernel not in relaid:
+                relaid[piece.kernel] = self._relaid(uk, arrays)
+            args = relaid[piece.kernel]
             lo, hi = piece.offset, piece.offset + piece.rows
             if not piece.padded and all(b is None or (b[0] + lo * b[1]) % ALIGN == 0 for b in bases):
-                uk.func(*[a[lo:hi] if s else a for a, s in zip(arrays, sliced)])
+                uk.func(*[a[lo:hi] if s else a for a, s in zip(args, sliced)])
             else:
-                self._run_scratch(uk, arrays, lo, hi)
+                self._run_scratch(uk, args, lo, hi)
+
+    def _relaid(self, uk: UKernel, arrays: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+        """`arrays` with the fixed operands `uk` takes in another layout relaid (once per call and uKernel)."""
+        if not uk.relayouts:
+            return arrays
+        out = list(arrays)
+        for r in uk.relayouts:
+            out[r.arg] = as_aligned(relayout_array(arrays[r.arg], r.index_map, r.shape), self._types[r.arg])
+        return out
 
     def _run_scratch(self, uk: UKernel, arrays: Sequence[np.ndarray], lo: int, hi: int) -> None:
         if not uk.scratch:
-            uk.scratch = [aligned_empty((uk.height, *a.shape[1:]), self.spec.dtype, zero=True) if s else None
-                          for a, s in zip(arrays, self._sliced)]
+            uk.scratch = [aligned_empty((uk.height, *a.shape[1:]), t, zero=True) if s else None
+                          for a, s, t in zip(arrays, self._sliced, self._types)]
         rows = hi - lo
         args = []
         for a, s, buf in zip(arrays[:-1], self._sliced, uk.scratch):
@@ -135,8 +153,8 @@ class DynamicKernel:
 
     def time(self, *inputs: Any, repeat: int = 7, min_s: float = 0.1) -> list[float]:
         """Seconds per call of `run` on prepared arrays (Python dispatch included), one per repeat."""
-        arrays = [as_aligned(a, self.spec.dtype) for a in inputs]
-        out = aligned_empty(self.output_shape(arrays[0].shape[0]), self.spec.dtype)
+        arrays = [as_aligned(a, t) for a, t in zip(inputs, self._types)]
+        out = aligned_empty(self.output_shape(arrays[0].shape[0]), self._types[-1])
         return time_calls(lambda: self.run(*arrays, out), repeat, min_s)
 
     def describe(self, sizes: Sequence[int] = ()) -> str:

@@ -33,18 +33,21 @@ def compile_ukernels(spec: DynamicSpec, best: dict[int, Record], heights: Sequen
             raise AutotuneError(f"no valid record for the uKernel {spec.dim}={h} of {spec}")
         rec = best[h]
         kernel = compile_config(rec.task, rec.input.config.index, rec.input.template)
-        out.append(UKernel(h, rec.task, kernel.executable["main"], rec.result.mean_s, rec))
+        relayouts = kernel.template.relayouts(rec.task, kernel.config) if kernel.template else ()
+        out.append(UKernel(h, rec.task, kernel.executable["main"], rec.result.mean_s, rec, relayouts=relayouts))
     return out
 
 
 def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | DynamicSpec, shape: str | None = None,
-         target: str | dict[str, Any] = "llvm", heights: Sequence[int] | None = None) -> DynamicKernel:
-    """The dynamic kernel of `op` (e.g. "matmul", "M=1..4096,N=768,K=768") from the uKernels in the log(s).
+         target: str | dict[str, Any] = "llvm", heights: Sequence[int] | None = None,
+         dtype: str = "float32") -> DynamicKernel:
+    """The dynamic kernel of `op` (e.g. "matmul", "M=1..4096,N=768,K=768") in `dtype` from the uKernels in the
+    log(s).
 
     Every task of the operator with the same fixed parameters and target is used as a uKernel
     (its best valid config), unless `heights` names the ones to use.
     """
-    spec = op if isinstance(op, DynamicSpec) else parse_dynamic(op, shape or "", target=target)
+    spec = op if isinstance(op, DynamicSpec) else parse_dynamic(op, shape or "", dtype, target=target)
     db = TuningDatabase.open(log)
     best = ukernel_records(spec, db)
     if not best:
