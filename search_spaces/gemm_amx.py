@@ -16,8 +16,8 @@ from autotune.space import Config, ConfigSpace, Knob, choice_knob
 from autotune.task import Task
 
 from .amx_intrinsics import COLS, ROWS, TileInstruction
-from .common import parallel_fused, split, tile_knob, vectorize_inner
-from .gemm_dot import K_GROUPS, dot_func, operand_types, pack_choices
+from .common import parallel_fused, tile_knob, vectorize_inner
+from .gemm_dot import K_GROUPS, dot_func, operand_types, pack_choices, schedule_copies, split_tiles
 
 K_MIN = 256  # bytes of A a call sums over at least: fewer repay the tile configuration and C's load and store less
 
@@ -57,11 +57,7 @@ def apply(gemm, task: Task, cfg: Config, ins: TileInstruction):
         raise RuntimeError(f"a k chunk of {kc} is not whole AMX steps of {ins.k_step}")
     sch = s_tir.Schedule(dot_func(gemm, task, ins, rows, cols, COLS, cfg["pack_b"] == "pre"))
     blk = sch.get_sblock("C_acc")
-    i, j, k, kg = sch.get_loops(blk)
-    i0, i1, i2 = split(sch, i, cfg["tile_i"])
-    j0, j1, j2 = split(sch, j, cfg["tile_j"])
-    k0, k1 = split(sch, k, cfg["tile_k"])
-    mid = (i1, j1) if cfg["mid_order"] == "ij" else (j1, i1)
+    (i0, _, i2), (j0, _, j2), (k0, k1), kg, mid = split_tiles(sch, blk, cfg)
     whole_k = cfg["tile_k"][0] == 1
     if whole_k:
         sch.reorder(i0, j0, *mid, k0, i2, j2, k1, kg)
@@ -71,18 +67,7 @@ def apply(gemm, task: Task, cfg: Config, ins: TileInstruction):
     write_back = sch.get_sblock("C")
     sch.reverse_compute_at(write_back, mid[-1] if whole_k else outer)
     vectorize_inner(sch, write_back, 16)
-    if cfg["pack_b"] in ("tile", "root"):
-        packed = sch.get_sblock("B_pack")
-        if cfg["pack_b"] == "tile":
-            sch.compute_at(packed, outer)
-        else:
-            parallel_fused(sch, sch.get_loops(packed)[:1])
-        sch.fuse(*sch.get_loops(packed)[-2:])
-        vectorize_inner(sch, packed, COLS * ins.group)
-    if rows != p[gemm.m]:  # A copied into padded rows (`dot_func`)
-        a_in = sch.get_sblock("A_in")
-        parallel_fused(sch, sch.get_loops(a_in)[:1])
-        vectorize_inner(sch, a_in, 64)
+    schedule_copies(sch, cfg["pack_b"], outer, COLS * ins.group, a_copied=rows != p[gemm.m])
     init = sch.decompose_reduction(blk, k0)
     vectorize_inner(sch, init, 16)
     sch.tensorize(i2, ins.intrin(kc, *operand_types(gemm, task, ins, rows, cfg["pack_b"] == "pre")))

@@ -114,12 +114,8 @@ def apply(gemm, task: Task, cfg: Config, ins: DotInstruction):
     jb = cfg["tile_j"][-1]
     sch = s_tir.Schedule(dot_func(gemm, task, ins, rows, cols, jb, cfg["pack_b"] == "pre"))
     blk = sch.get_sblock("C_acc")
-    i, j, k, kg = sch.get_loops(blk)
-    i0, i1, i2 = split(sch, i, cfg["tile_i"])
-    j0, j1, j2 = split(sch, j, cfg["tile_j"])
-    k0, k1 = split(sch, k, cfg["tile_k"])
+    (i0, _, i2), (j0, _, j2), (k0, k1), kg, mid = split_tiles(sch, blk, cfg)
     jv, lanes = split(sch, j2, (jb // LANES, LANES))
-    mid = (i1, j1) if cfg["mid_order"] == "ij" else (j1, i1)
     whole_k = cfg["tile_k"][0] == 1
     if whole_k:
         sch.reorder(i0, j0, *mid, k0, k1, i2, jv, lanes, kg)
@@ -133,29 +129,46 @@ def apply(gemm, task: Task, cfg: Config, ins: DotInstruction):
     else:
         sch.reverse_compute_at(write_back, mid[-1] if whole_k else outer)
     vectorize_inner(sch, write_back, max(LANES, jb))
-    if cfg["pack_b"] in ("tile", "root"):
-        packed = sch.get_sblock("B_pack")
-        if cfg["pack_b"] == "tile":  # one outer tile's panel, cache-hot for the tile
-            sch.compute_at(packed, outer)
-        else:
-            parallel_fused(sch, sch.get_loops(packed)[:1])
-        sch.fuse(*sch.get_loops(packed)[-2:])  # whole rows of an instruction's B at once
-        vectorize_inner(sch, packed, LANES * ins.group)
+    schedule_copies(sch, cfg["pack_b"], outer, LANES * ins.group, a_copied=shifted or rows != p[gemm.m])
     sch.unroll(i2)
     sch.unroll(jv)
     init = sch.decompose_reduction(blk, k0)
     vectorize_inner(sch, init, jb)
-    sch.tensorize(lanes, ins.intrin(*operand_types(gemm, task, ins, rows, cfg["pack_b"] == "pre")))
-    if shifted or rows != p[gemm.m]:  # A copied (`_dot_func`)
-        a_in = sch.get_sblock("A_in")
-        parallel_fused(sch, sch.get_loops(a_in)[:1])
-        vectorize_inner(sch, a_in, 64)
+    a_type, b_type = operand_types(gemm, task, ins, rows, cfg["pack_b"] == "pre")
+    sch.tensorize(lanes, ins.intrin(a_type, b_type))
     if shifted:
-        _schedule_column_sums(sch, ins, operand_types(gemm, task, ins, rows, cfg["pack_b"] == "pre")[1])
+        _schedule_column_sums(sch, ins, b_type)
     annotate_unroll(sch, outer, cfg["auto_unroll"])
     if ins.llvm_import:
         sch.annotate(outer, "pragma_import_llvm", ins.llvm_import)
     return sch
+
+
+def split_tiles(sch, blk, cfg: Config):
+    """The GEMM block's loops split by the config's tiles: (i0, i1, i2), (j0, j1, j2), (k0, k1), the k group loop,
+    and the mid-tile loops in the config's order."""
+    i, j, k, kg = sch.get_loops(blk)
+    ii, jj = split(sch, i, cfg["tile_i"]), split(sch, j, cfg["tile_j"])
+    mid = (ii[1], jj[1]) if cfg["mid_order"] == "ij" else (jj[1], ii[1])
+    return ii, jj, split(sch, k, cfg["tile_k"]), kg, mid
+
+
+def schedule_copies(sch, pack_b: str, outer, width: int, a_copied: bool) -> None:
+    """The kernel's own copies of its operands (`dot_func`), parallel and vectorised: B packed in the kernel, one
+    outer tile's panel at a time ("tile", cache-hot for the tile) or all up front ("root"), `width` elements (one
+    packed row of B) at once; A copied into shifted or padded rows."""
+    if pack_b in ("tile", "root"):
+        packed = sch.get_sblock("B_pack")
+        if pack_b == "tile":
+            sch.compute_at(packed, outer)
+        else:
+            parallel_fused(sch, sch.get_loops(packed)[:1])
+        sch.fuse(*sch.get_loops(packed)[-2:])
+        vectorize_inner(sch, packed, width)
+    if a_copied:
+        a_in = sch.get_sblock("A_in")
+        parallel_fused(sch, sch.get_loops(a_in)[:1])
+        vectorize_inner(sch, a_in, 64)
 
 
 def _schedule_column_sums(sch, ins: DotInstruction, b_type: str) -> None:
