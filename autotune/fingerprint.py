@@ -85,8 +85,9 @@ def compute_fingerprint(template: Fingerprinted) -> str:
     shapes = OPS[template.op].probe_shapes
     probes = [(target, shape, "float32") for target, shape in itertools.product(PROBE_TARGETS[template.target_kind],
                                                                                 shapes)]
+    narrow = shapes + OPS[template.op].narrow_probe_shapes
     probes += [(target, shape, dtype) for dtype in template.dtypes if dtype != "float32"
-               for target, shape in itertools.product(NARROW_PROBE_TARGETS.get(template.target_kind, ()), shapes)]
+               for target, shape in itertools.product(NARROW_PROBE_TARGETS.get(template.target_kind, ()), narrow)]
     for target, shape, dtype in probes:
         task = make_task(template.op, shape, dtype, target=target)
         try:

@@ -54,6 +54,11 @@ def tile_knob(name: str, extent: int, parts: int, inner_max: int, lanes: int = 0
     return Knob(name, "split", tuple(cands))
 
 
+def pads_little(extent: int, block: int) -> bool:
+    """Whether whole blocks cover `extent` with at most MAX_PAD of padding."""
+    return -(-extent // block) * block - extent <= MAX_PAD * extent
+
+
 def unroll_knob() -> Knob:
     """Choice of `pragma_auto_unroll_max_step` for the outermost loop (0 = no pragma)."""
     return choice_knob("auto_unroll", UNROLL_STEPS)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.operators import DTYPES
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import PREPACK, Relayout, Template, prim_func
 
+from . import conv2d_amx
 from .base import conv_groups, output_shape
 from .common import (
     VECTOR_LANES,
@@ -141,6 +143,33 @@ def _parallel_outer_loops(sch, block, count: int) -> None:
     parallel_fused(sch, sch.get_loops(block)[:count])
 
 
-CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", define_space, apply, relayouts, preferences=preferences)
+def conv_space(task: Task) -> ConfigSpace:
+    """The space of a convolution task: the AMX path's where it has one (`conv2d_amx.instruction`), else the fp32
+    schedules' (narrow inputs widened, summed in their accumulation type)."""
+    ins = conv2d_amx.instruction(task)
+    return conv2d_amx.define_space(task, ins) if ins else define_space(task)
+
+
+def conv_apply(task: Task, cfg: Config):
+    """Schedule of one config, on the path `conv_space` chose."""
+    ins = conv2d_amx.instruction(task)
+    return conv2d_amx.apply(task, cfg, ins) if ins else apply(task, cfg)
+
+
+def conv_relayouts(task: Task, cfg: Config) -> tuple[Relayout, ...]:
+    """The weight's layout, on the path `conv_space` chose."""
+    ins = conv2d_amx.instruction(task)
+    return conv2d_amx.relayouts(task, ins, cfg) if ins else relayouts(task, cfg)
+
+
+def conv_preferences(task: Task) -> dict[str, Any]:
+    """The untuned config, on the path `conv_space` chose."""
+    ins = conv2d_amx.instruction(task)
+    return conv2d_amx.preferences(task, ins) if ins else preferences(task)
+
+
+# compatible_versions: the fp32-only versions (the same fp32 spaces and schedules)
+CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", conv_space, conv_apply, conv_relayouts,
+                      compatible_versions=("013a49ea51e2",), preferences=conv_preferences, dtypes=DTYPES)
 GROUP_CONV2D_CPU = Template("group_conv2d_cpu", "group_conv2d", "llvm", define_space, apply, relayouts,
-                            preferences=preferences)
+                            compatible_versions=("adec9acf9256",), preferences=preferences, dtypes=DTYPES)

@@ -26,8 +26,8 @@ from autotune.templates import Relayout
 
 from .amx_intrinsics import COLS, ROWS, TileInstruction, tile_instruction
 from .common import (
-    MAX_PAD,
     annotate_unroll,
+    pads_little,
     parallel_fused,
     register_budget,
     split,
@@ -47,18 +47,13 @@ def instruction(gemm, task: Task) -> DotInstruction | TileInstruction | None:
     else None (the fp32 path's schedule, inputs widened). Each only where M and N can be tiled by its blocks
     (padded by at most MAX_PAD)."""
     m, n, k = (task.shape[d] for d in (gemm.m, gemm.n, gemm.k))
-    if _tiles(m, ROWS) and _tiles(n, COLS):
+    if pads_little(m, ROWS) and pads_little(n, COLS):
         tiles = tile_instruction(task, m, k)
         if tiles:
             return tiles
-    if not _tiles(n, LANES):
+    if not pads_little(n, LANES):
         return None
     return dot_instruction(task, k)
-
-
-def _tiles(extent: int, block: int) -> bool:
-    """Whether whole blocks cover `extent` with at most MAX_PAD of padding."""
-    return -(-extent // block) * block - extent <= MAX_PAD * extent
 
 
 def define_space(gemm, task: Task, ins: DotInstruction) -> ConfigSpace:

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autotune.operators import in_type
+from autotune.operators import DTYPES, in_type
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import PREPACK, Relayout, Template
@@ -387,18 +387,18 @@ def batch_matmul_preferences(task: Task) -> dict[str, Any]:
 
 
 # compatible_versions: the version that wrote every register tile back per outer tile (same space, same configs),
-# and for matmul and dense the version before their dot-product path (same fp32 spaces and schedules).
+# for matmul and dense the version before their dot-product path (same fp32 spaces and schedules), and the one whose
+# AMX call summed one tap only (same spaces).
 # They schedule `_gemm_func`: a trace that starts from the task's PrimFunc runs `from_task_func` first.
-NARROW = ("float32", "bfloat16", "int8")  # the dtypes of the templates with a dot-product path
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply,
-                      compatible_versions=("687b25bbcf06", "22c7e3a1e764"), preferences=matmul_preferences,
-                      from_task_func=gemm_from_task_func, dtypes=NARROW)
+                      compatible_versions=("687b25bbcf06", "22c7e3a1e764", "010ca9a55a37"),
+                      preferences=matmul_preferences, from_task_func=gemm_from_task_func, dtypes=DTYPES)
 MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply,
                               compatible_versions=("c7fd1b95abe8",), preferences=matmul_ukernel_preferences,
                               from_task_func=from_task_func)
 DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply, dense_relayouts,
-                     compatible_versions=("c6685a3bcb85", "8d0abcca033e"), preferences=dense_preferences,
-                     from_task_func=gemm_from_task_func, dtypes=NARROW)
+                     compatible_versions=("c6685a3bcb85", "8d0abcca033e", "cef8a84581a8"),
+                     preferences=dense_preferences, from_task_func=gemm_from_task_func, dtypes=DTYPES)
 BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply,
                             compatible_versions=("8d7ab524a85b",), preferences=batch_matmul_preferences,
                             from_task_func=from_task_func)

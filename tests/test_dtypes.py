@@ -1,5 +1,5 @@
-"""Element types other than float32: tasks, references and tolerances, and the GEMM templates' kernels (the
-dot-product path where the host has the instruction, the widened fp32 path on any x86 CPU)."""
+"""Element types other than float32: tasks, references and tolerances, and the GEMM and conv2d templates' kernels
+(AMX and the dot-product paths where the host has the instruction, the widened fp32 path on any x86 CPU)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def test_dtype_is_part_of_the_task_and_its_key() -> None:
 
 @pytest.mark.parametrize("op,shape,dtype,needle", [
     ("matmul", "M=2,N=2,K=2", "float16", "unsupported dtype 'float16'; choose one of: float32, bfloat16, int8"),
-    ("conv2d", "C=3,H=8,W=8,K=4,R=3,S=3", "int8", "no int8 template for conv2d on llvm yet (int8 on llvm: matmul, "
-                                                  "dense)"),
+    ("depthwise_conv2d", "C=8,H=8,W=8,R=3,S=3", "int8", "no int8 template for depthwise_conv2d on llvm yet (int8 "
+                                                        "on llvm: matmul, dense, conv2d, group_conv2d)"),
     ("batch_matmul", "B=2,M=2,N=2,K=2", "bfloat16", "no bfloat16 template for batch_matmul on llvm yet"),
 ])
 def test_a_dtype_without_a_template_is_a_one_line_error(op, shape, dtype, needle) -> None:
@@ -62,19 +62,27 @@ def test_references_and_tolerances_catch_a_wrong_kernel() -> None:
     assert "max abs error" in check_output(short, ref, 64, "bfloat16")
 
 
-def _check_configs(task, n: int, feature: str | None) -> None:
-    """The task's GEMM uses the instruction of `feature` (None: none, inputs widened); its preferred config and `n`
-    random ones match the reference."""
+def _instruction(task):
+    """The instruction the task's template uses (None: inputs widened)."""
+    from search_spaces import conv2d_amx
     from search_spaces.gemm_dot import instruction
     from search_spaces.matmul import GEMMS
 
-    ins = instruction(GEMMS[task.op], task)
+    return conv2d_amx.instruction(task) if task.op == "conv2d" else instruction(GEMMS[task.op], task)
+
+
+def _check_configs(task, n: int, feature: str | None) -> None:
+    """The task uses the instruction of `feature` (None: none, inputs widened); its untuned config and `n` random
+    ones match the reference."""
+    from autotune.model.default_schedule import heuristic_configs
+
+    ins = _instruction(task) if task.op in ("conv2d", "matmul", "dense") else None
     assert (ins.feature if ins else None) == feature
     template = default_template(task)
     space = space_of(template, task)
     rng = np.random.default_rng(7)
-    preferred = space.index_of(space.nearest(template.preferences(task)))
-    for index in [preferred, *space.sample(rng, n)]:
+    untuned = heuristic_configs(template, task, count=1)[0].index
+    for index in [untuned, *space.sample(rng, n, exclude={untuned})]:
         cfg = space.get(index)
         assert run_config(task, None, template, cfg) is None, cfg.knobs
 
@@ -88,6 +96,10 @@ INSTRUCTION_CASES = [  # (a target without AMX where the host may have it)
     ("matmul", "M=62,N=64,K=192", "int8", "amx-int8", HOST),  # M padded to whole 32-row blocks
     ("dense", "batch=64,in_features=64,out_features=64", "bfloat16", "amx-bf16", HOST),
     ("matmul", "M=62,N=64,K=96", "bfloat16", "amx-bf16", HOST),  # bits, as on the dot path
+    ("conv2d", "C=64,H=9,W=9,K=64,R=3,S=3,padding=1", "int8", "amx-int8", HOST),
+    ("conv2d", "N=2,C=60,H=7,W=10,K=60,R=3,S=3,padding=2,dilation=2", "int8", "amx-int8", HOST),  # K, C padded
+    ("conv2d", "C=32,H=10,W=7,K=40,R=1,S=1", "bfloat16", "amx-bf16", HOST),  # 1x1; K to 64, pixels to 96
+    ("conv2d", "N=2,C=64,H=6,W=5,K=32,R=3,S=3,padding=1", "bfloat16", "amx-bf16", HOST),
 ]
 
 
@@ -102,6 +114,9 @@ def test_instruction_kernels_match_the_reference(op, shape, dtype, feature, targ
     ("matmul", "M=5,N=24,K=7", "int8"),  # K not a whole number of VNNI groups: widened on any CPU
     ("dense", "batch=3,in_features=8,out_features=40", "int8"),  # N not whole instructions within MAX_PAD
     ("dense", "batch=6,in_features=16,out_features=20", "bfloat16"),  # (on haswell)
+    ("conv2d", "C=32,H=9,W=7,K=32,R=3,S=3,stride=2,padding=1", "int8"),  # a stride: not on the AMX path
+    ("conv2d", "C=8,H=6,W=6,K=16,R=3,S=3,padding=1", "bfloat16"),
+    ("group_conv2d", "C=16,H=6,W=6,K=16,R=3,S=3,groups=4,padding=1", "int8"),
 ])
 def test_without_the_instruction_inputs_are_widened(op, shape, dtype) -> None:
     _check_configs(make_task(op, shape, dtype, target=HASWELL if dtype == "bfloat16" else HOST), 2, None)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .definition import OpDef, Params
+from .dtypes import element_type, in_type, output_of
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int, dilation: int = 1) -> int:
@@ -22,18 +23,21 @@ def _pad(data, padding: int):
         (n, c, h + 2 * padding, w + 2 * padding),
         lambda a, b, y, x: tirx.if_then_else(
             tirx.all(y >= padding, y < h + padding, x >= padding, x < w + padding),
-            data[a, b, y - padding, x - padding], tirx.const(0.0, data.dtype)),
+            data[a, b, y - padding, x - padding], tirx.const(0, data.dtype)),
         name="pad")
 
 
 def _conv2d_compute(p: Params, dtype: str):
     """conv2d, and group_conv2d ("groups" in p): output channel k reads the input channels of its group,
-    (k // (K / groups)) * (C / groups) + c."""
+    (k // (K / groups)) * (C / groups) + c. Products are summed in the dtype's accumulation type ("conv"), rounded
+    to its output type in "conv_out" where that differs (bfloat16)."""
     from tvm import te
+    kind = element_type(dtype)
+    acc = kind.accumulate
     groups = p.get("groups", 1)
     cg, kg = p["C"] // groups, p["K"] // groups
-    data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), dtype, name="data")
-    weight = te.placeholder((p["K"], cg, p["R"], p["S"]), dtype, name="weight")
+    data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), kind.storage, name="data")
+    weight = te.placeholder((p["K"], cg, p["R"], p["S"]), kind.storage, name="weight")
     padded = _pad(data, p["padding"])
     st, dl = p["stride"], p["dilation"]
     c = te.reduce_axis((0, cg), name="c")
@@ -42,10 +46,10 @@ def _conv2d_compute(p: Params, dtype: str):
     channel = (lambda k: c) if groups == 1 else (lambda k: k // kg * cg + c)
     conv = te.compute(
         _conv2d_out(p),
-        lambda n, k, y, x: te.sum(padded[n, channel(k), y * st + r * dl, x * st + s * dl] * weight[k, c, r, s],
-                                  axis=[c, r, s]),
+        lambda n, k, y, x: te.sum(in_type(padded[n, channel(k), y * st + r * dl, x * st + s * dl], acc)
+                                  * in_type(weight[k, c, r, s], acc), axis=[c, r, s]),
         name="conv")
-    return [data, weight, conv]
+    return [data, weight, output_of(conv, dtype, "conv_out")]
 
 
 def _conv2d_out(p: Params) -> tuple[int, ...]:
@@ -150,6 +154,8 @@ CONV2D = OpDef(
                   {"C": 64, "H": 56, "W": 56, "K": 128, "R": 3, "S": 3, "stride": 2, "padding": 1}),
     templates={"llvm": "search_spaces.conv2d:CONV2D_CPU", "cuda": "search_spaces.cuda_conv2d:CONV2D_CUDA"},
     relax_call=_conv_relax(lambda p: 1), weights=(1,), legalized_blocks=_legalized_blocks,
+    narrow_probe_shapes=({"C": 64, "H": 14, "W": 14, "K": 64, "R": 3, "S": 3, "padding": 1},  # AMX's implicit GEMM
+                         {"C": 64, "H": 7, "W": 7, "K": 48, "R": 1, "S": 1}),
 )
 
 GROUP_CONV2D = OpDef(

@@ -68,6 +68,7 @@ class OpDef:
     # the names, in that schedule, of the blocks of this operator's PrimFunc ("C"; "conv" and "pad")
     legalized_blocks: Callable[[Any, Params], dict[str, str]] | None = None
     check: Callable[[Params], str | None] = _no_problem  # why a shape is impossible beyond sizes < 1, or None
+    narrow_probe_shapes: tuple[Params, ...] = ()  # fingerprinted in the narrow dtypes too (paths only they take)
 
     def complete(self, given: Params) -> Params:
         """Fill defaults, reject unknown/missing/impossible parameters."""

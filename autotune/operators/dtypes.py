@@ -78,3 +78,14 @@ def element_type(dtype: str) -> ElementType:
 def in_type(expr, dtype: str):
     """A TE expression cast to `dtype` (unchanged when it is already of that type)."""
     return expr if str(expr.dtype) == dtype else expr.astype(dtype)
+
+
+def output_of(acc, dtype: str, name: str):
+    """The output of an operator whose sums are the TE tensor `acc`: `acc` itself, or rounded to the dtype's output
+    type in a block `name` (bfloat16)."""
+    from tvm import te
+
+    kind = element_type(dtype)
+    if kind.output == kind.accumulate:
+        return acc
+    return te.compute(acc.shape, lambda *ix: acc(*ix).astype(kind.output), name=name)

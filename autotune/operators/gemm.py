@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 from .definition import OpDef, Params, RowSplit
-from .dtypes import element_type, in_type
+from .dtypes import element_type, in_type, output_of
 
 
 def gemm_output(acc, dtype: str):
-    """The output of a GEMM whose sums are `acc` ("C"): `acc` itself, or rounded to the output type in a block
-    "C_out" (bfloat16)."""
-    from tvm import te
-
-    kind = element_type(dtype)
-    if kind.output == kind.accumulate:
-        return acc
-    return te.compute(acc.shape, lambda *ix: acc(*ix).astype(kind.output), name="C_out")
+    """The output of a GEMM whose sums are `acc` ("C"), rounded where the dtype says in a block "C_out"."""
+    return output_of(acc, dtype, "C_out")
 
 
 def _matmul_compute(p: Params, dtype: str):
