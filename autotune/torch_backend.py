@@ -124,8 +124,9 @@ def tvm_runner(built: Any, user: list[int]) -> Callable[[Sequence[Any]], list[An
 
 
 def check_outputs(got: Sequence[Any], ref: Any, what: str = "output") -> None:
-    """Refuse outputs that differ from eager: rtol 1e-3, atol 1e-4 + 1e-3 max|finite ref| (float; infinities and
-    NaN where eager has them), equal (other). `what`: the values' name in the reason."""
+    """Refuse outputs that differ from eager: rtol r, atol 1e-4 + r max|finite ref| with r = 1e-3, or 4 steps of a
+    narrower float type (bf16: 0.031; infinities and NaN where eager has them), equal (other). `what`: the values'
+    name in the reason."""
     ref = list(ref) if isinstance(ref, (list, tuple)) else [ref]
     if len(got) != len(ref):
         raise Refused(f"{len(got)} {what}s instead of {len(ref)}")
@@ -138,8 +139,9 @@ def check_outputs(got: Sequence[Any], ref: Any, what: str = "output") -> None:
             raise Refused(f"{what} {k} is {list(g.shape)} {g.dtype}, eager gives {list(r.shape)} {r.dtype}")
         if r.dtype.is_floating_point:
             finite = r[torch.isfinite(r)]  # -inf masks and NaN compare as equal values, not in the scale
-            atol = 1e-4 + 1e-3 * float(finite.abs().max()) if finite.numel() else 1e-4
-            if not torch.allclose(g, r, rtol=1e-3, atol=atol, equal_nan=True):
+            rtol = max(1e-3, 4 * torch.finfo(r.dtype).eps)
+            atol = 1e-4 + rtol * float(finite.abs().max()) if finite.numel() else 1e-4
+            if not torch.allclose(g, r, rtol=rtol, atol=atol, equal_nan=True):
                 err = float((g - r).abs().max())
                 raise Refused(f"{what} {k} differs from eager (max abs error {err:.3g}, atol {atol:.3g})")
         elif not torch.equal(g, r):

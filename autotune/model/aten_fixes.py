@@ -24,12 +24,18 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
   - the real (or imaginary) part of FFTs of a real tensor (FNet's token mixing; TVM has no complex tensors): DFT
     matrices times the two parts, as real matmuls;
   - a tensor filled with inf or NaN (Longformer's `full_like(x, -inf)`, `torch.full`): TVM's legalization
-    of `full` fails on one (topi.full tests `"float" in dtype` on a DataType); the fill is 0, the value added after.
+    of `full` fails on one (topi.full tests `"float" in dtype` on a DataType); the fill is 0, the value added after;
+  - a matrix product or convolution of bf16 (fp16) tensors: TVM sums it into a float32 result and keeps that type
+    (a bias of the tensors' type added to it fails to import), PyTorch rounds the sums to the tensors' type: the
+    product is cast back to it and its bias added after the cast;
+  - layer_norm of bf16 tensors: TVM's takes float32 and float16 only; PyTorch normalises in float32 and rounds the
+    result: so is it here.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -375,6 +381,53 @@ def _nonfinite_fill_added(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     node.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
 
 
+def _narrow_product_rounded(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """mm / bmm / addmm / convolution of bf16 or fp16 tensors as the product without bias, cast to that type, plus
+    the bias (addmm with beta = alpha = 1; a convolution's bias along its channel axis)."""
+    out = _val(node)
+    if not isinstance(out, torch.Tensor) or out.dtype not in (torch.bfloat16, torch.float16):
+        return
+    bias = None
+    if node.target is aten.addmm.default:
+        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+            return
+        bias, a, b = node.args[:3]
+        node.target, node.args, node.kwargs = aten.mm.default, (a, b), {}
+    elif node.target is aten.convolution.default and node.args[2] is not None:
+        bias = node.args[2]
+        node.args = (*node.args[:2], None, *node.args[3:])
+    with graph.inserting_after(node):
+        rounded = graph.call_function(aten._to_copy.default, (node,), {"dtype": out.dtype})
+    rounded.meta["val"] = out
+    result, after = rounded, rounded.next
+    if bias is not None:
+        if node.target is aten.convolution.default:  # [C] along axis 1 of [N, C, *spatial]
+            shape = [1, -1, *[1] * (out.ndim - 2)]
+            bias = _insert(graph, after, aten.view.default, (bias, shape), _val(bias).view(shape))
+        result = _insert(graph, after, aten.add.Tensor, (rounded, bias), out)
+    node.replace_all_uses_with(result, delete_user_cb=lambda user: user is not rounded)
+
+
+def _in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """An op on bf16 tensors computed on them cast to float32, each of its results (a tuple's, through its getitem
+    users) cast back."""
+    if not any(isinstance(_val(a), torch.Tensor) and _val(a).dtype == torch.bfloat16 for a in node.args):
+        return
+    node.args = tuple(_insert(graph, node, aten._to_copy.default, (a,), _val(a).float(), {"dtype": torch.float32})
+                      if isinstance(_val(a), torch.Tensor) and _val(a).dtype == torch.bfloat16 else a
+                      for a in node.args)
+    results = [u for u in node.users if u.target is operator.getitem] if isinstance(_val(node), tuple) else [node]
+    for result in results:
+        val = _val(result)
+        if not isinstance(val, torch.Tensor) or val.dtype != torch.bfloat16:
+            continue
+        result.meta["val"] = val.float()
+        with graph.inserting_after(result):
+            back = graph.call_function(aten._to_copy.default, (result,), {"dtype": torch.bfloat16})
+        back.meta["val"] = val
+        result.replace_all_uses_with(back, delete_user_cb=lambda user, back=back: user is not back)
+
+
 def _all_ints(*values: Any) -> bool:
     return all(isinstance(v, int) for v in values)
 
@@ -393,4 +446,7 @@ FIXES = {
     aten.view_as_real.default: _fft_as_matmuls,
     **dict.fromkeys((aten.full.default, aten.full_like.default), _nonfinite_fill_added),
     **dict.fromkeys((aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor), _float_scalar_promotes),
+    **dict.fromkeys((aten.mm.default, aten.bmm.default, aten.addmm.default, aten.convolution.default),
+                    _narrow_product_rounded),
+    aten.native_layer_norm.default: _in_float32,
 }

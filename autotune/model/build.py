@@ -26,10 +26,10 @@ from ..task import Task
 from ..templates import default_template, resolve, space_of
 from ..thread_pool import load_executable
 from .activations import expand_activations
-from .capture import Captured, InputSpec, capture
+from .capture import Captured, InputSpec, capture, to_numpy
 from .default_schedule import default_template_func, generic_schedule, schedule_block, vectorize_with_tail
 from .epilogue import mark_kernel, narrow_epilogues, schedule_fused
-from .extract import Site, classify, find_sites, merge_sites, resolve_target
+from .extract import Site, classify, find_sites, merge_sites, product_call, resolve_target
 from .gpu_schedule import bind_block, gpu_generic_schedule
 from .library import ThreadVMs, numpy_outputs
 from .reshapes import sink_reshapes
@@ -89,7 +89,7 @@ class BuiltModel:
     _vms: ThreadVMs | None = None
 
     def _check(self, args: Sequence[Any]) -> list[np.ndarray]:
-        arrays = [np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a) for a in args]
+        arrays = [np.asarray(to_numpy(a) if hasattr(a, "detach") else a) for a in args]
         got = [(tuple(a.shape), str(a.dtype)) for a in arrays]
         want = [(s.shape, s.dtype) for s in self.inputs]
         if got != want:
@@ -222,12 +222,13 @@ def _replace_calls(mod: Any, target: dict, kernels: dict[str, ModelKernel], fuse
             site = classify(call, target, self.lookup_binding)
             if not isinstance(site, Site):
                 return call
-            b = site.weight if site.weight is not None else self._as(call.args[1], site.b_shape)
-            a = self._as(self._steps(call.args[0], site.data_steps), site.a_shape)
+            product, _ = product_call(call, self.lookup_binding)
+            b = site.weight if site.weight is not None else self._as(product.args[1], site.b_shape)
+            a = self._as(self._steps(product.args[0], site.data_steps), site.a_shape)
             args = [a,
                     kernels[site.task.key].operand(site.task, 1, b, self.builder_.emit)]
             shape = tuple(int(d) for d in site.task.opdef.output_shape(site.task.shape))
-            out = relax.call_tir(self._gvar(site.task), args, relax.TensorType(shape, "float32"))
+            out = relax.call_tir(self._gvar(site.task), args, relax.TensorType(shape, site.task.element.output))
             if site.out_steps:
                 out = self._steps(self.builder_.emit(out), site.out_steps)
                 shape = tuple(int(d) for d in out.ty.shape)

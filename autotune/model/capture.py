@@ -62,6 +62,18 @@ class Captured:
     example_inputs: list[np.ndarray]
 
 
+def to_numpy(tensor: Any) -> np.ndarray:
+    """A torch tensor's values as a numpy array (bf16 as ml_dtypes' bfloat16: numpy has no type of its own)."""
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
 def _why(err: BaseException) -> str:
     """An exception as one line: its type and its message's first line."""
     text = str(err).splitlines()
@@ -318,5 +330,5 @@ def import_program(program: Any, example: Sequence[Any], name: str, decomposed: 
     mod = compute_bools_as_int8(fold_batch_norms(mod))
     params = mod["main"].params
     specs = tuple(InputSpec(p.name, tuple(int(d) for d in p.ty.shape), str(p.ty.dtype)) for p in params)
-    arrays = [np.ascontiguousarray(x.detach().cpu().numpy()) for x in example]
+    arrays = [np.ascontiguousarray(to_numpy(x)) for x in example]
     return Captured(name, mod, specs, arrays)

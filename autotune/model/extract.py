@@ -22,6 +22,8 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.matmul [.., M, K] @ [K, N]                  -> matmul (leading dims folded into M)
   R.matmul [b.., M, K] @ [b.., K, N]            -> batch_matmul (B = product of batch dims)
 Anything else of these ops is left to TVM, with the reason recorded.
+A model in bf16 computes each product as a cast to bf16 of the product summed in float32 (`aten_fixes`): the cast
+is the site, and its task is the product's in bfloat16 (`product_call`).
 """
 
 from __future__ import annotations
@@ -100,16 +102,45 @@ def _dtype(expr: Any) -> str:
     return str(expr.ty.dtype)
 
 
+FLOATS = ("float32", "bfloat16", "float16")  # input types of a product summed in float32 (`product_call`)
+
+
+def _not_float(call: Any) -> str | None:
+    """Why a product's types are not those of a task (inputs of one float type, sums in float32), or None."""
+    types = {_dtype(call.args[0]), _dtype(call.args[1])}
+    out = str(getattr(call.attrs, "out_dtype", "") or "")
+    if len(types) != 1 or not types <= set(FLOATS) or out not in ("", "void", "float32"):
+        return f"dtype {'/'.join(sorted(types))} (only float32 and bfloat16)"
+    return None
+
+
+def product_call(call: Any, lookup: Callable[[Any], Any]) -> tuple[Any, str]:
+    """(the product call `call` stands for, the dtype of its task): `call` itself, float32; a cast to bf16 (fp16) of
+    a product of bf16 (fp16) tensors summed in float32 (how a model in that type computes one: `aten_fixes`) stands
+    for that product, in that type; such a product itself stands for nothing, (None, ""): its cast is the site."""
+    from tvm import relax
+
+    name = getattr(call.op, "name", "")
+    if name == "relax.astype":
+        arg = call.args[0]
+        inner = lookup(arg) if isinstance(arg, relax.Var) else arg
+        cast = str(call.attrs.dtype)
+        if isinstance(inner, relax.Call) and getattr(inner.op, "name", "") in SITES and cast != "float32" \
+                and _not_float(inner) is None and _dtype(inner.args[0]) == cast:
+            return inner, cast
+    elif name in SITES and _not_float(call) is None and _dtype(call.args[0]) != "float32":
+        return None, ""
+    return call, "float32"
+
+
 def _unsupported(call: Any, shapes: tuple[Any, ...], layouts: tuple[str, str, str]) -> str | None:
-    """Why a convolution call is not a task (a symbolic shape, other layouts, not float32), or None."""
+    """Why a convolution call is not a task (a symbolic shape, other layouts, other types), or None."""
     a = call.attrs
     if any(shape is None for shape in shapes):
         return "dynamic shape"
     if (a.data_layout, a.kernel_layout, a.out_layout or layouts[2]) != layouts:
         return f"layout {a.data_layout}/{a.kernel_layout}/{a.out_layout} (only {'/'.join(layouts[:2])})"
-    if {_dtype(call.args[0]), _dtype(call.args[1])} != {"float32"} or str(a.out_dtype) not in ("", "void", "float32"):
-        return "dtype is not float32"
-    return None
+    return _not_float(call)
 
 
 def _conv_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | Skipped:
@@ -355,8 +386,8 @@ def _matmul_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site 
     what = f"matmul {a} @ {b}"
     if a is None or b is None:
         return Skipped(what, "dynamic shape")
-    if {_dtype(call.args[0]), _dtype(call.args[1])} != {"float32"}:
-        return Skipped(what, "dtype is not float32")
+    if _not_float(call):
+        return Skipped(what, _not_float(call))
     if len(a) < 2 or len(b) < 2:
         return Skipped(what, "vector operand (rank 1)")
     out = _shape(call)
@@ -380,13 +411,16 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     """Site for a tunable call, Skipped for a conv/matmul autotune cannot take, None otherwise.
     `lookup(var)`: the value bound to a variable of the function, if known. A call whose task has no template for
     the target (a grouped convolution on CUDA) is Skipped."""
-    name = getattr(call.op, "name", "")
-    site = {"relax.nn.conv2d": _conv_site, "relax.nn.conv1d": _conv_site, "relax.nn.conv3d": _conv3d_site,
-            "relax.nn.conv2d_transpose": _conv_transpose_site, "relax.nn.conv1d_transpose": _conv_transpose_site,
-            "relax.matmul": _matmul_site}.get(name)
-    found = site(call, target, lookup) if site is not None else None
+    product, dtype = product_call(call, lookup)
+    site = SITES.get(getattr(product.op, "name", "")) if product is not None else None
+    found = site(product, target, lookup) if site is not None else None
     if not isinstance(found, Site):
         return found
+    if dtype != "float32":  # the same site, its task in the model's type
+        try:
+            found = replace(found, task=make_task(found.task.op, found.task.shape, dtype, target=target))
+        except AutotuneError as err:
+            return Skipped(str(replace(found.task, dtype=dtype)), str(err))
     task = found.task
     ref = task.opdef.templates.get(task.target_kind)
     if ref is None:
@@ -394,6 +428,11 @@ def classify(call: Any, target: dict, lookup: Callable[[Any], Any] = lambda var:
     if task.target_kind == "cuda" and not _fits_gpu(task, ref):
         return Skipped(str(task), f"no config of {ref} seen within the GPU's limits (e.g. a warp of threads)")
     return found
+
+
+SITES = {"relax.nn.conv2d": _conv_site, "relax.nn.conv1d": _conv_site, "relax.nn.conv3d": _conv3d_site,
+         "relax.nn.conv2d_transpose": _conv_transpose_site, "relax.nn.conv1d_transpose": _conv_transpose_site,
+         "relax.matmul": _matmul_site}  # Relax op -> its site (a product autotune may compute)
 
 
 @functools.lru_cache(maxsize=1024)
