@@ -1,12 +1,15 @@
-"""End-to-end models: autotune build with tuned logs vs the same build without logs vs PyTorch eager.
+"""End-to-end models: autotune build with tuned logs vs the same build without logs vs PyTorch eager (and, with
+`--inductor`, vs `torch.compile`'s default backend).
 
 For ResNet-18, a TransformerEncoderLayer (d_model 768, seq 128) and a MobileNetV2-style stack:
 extract the tasks, tune them in one budget per model (resumes the logs), build twice, check
-both builds against PyTorch and time all three in one process. Stores the table as the result
-`models` (or the one `--section` names).
+both builds against PyTorch and time all of them in one process. Stores the table as the result
+`models` (or the one `--section` names). `--dtype bfloat16` runs the models and PyTorch in bf16 (their
+products are then bf16 tasks; outputs are checked within a few bf16 steps).
 
     python benchmarks/bench_model.py --trials 400              # tune (resumable) + compare
     python benchmarks/bench_model.py --trials 400 --no-tune    # compare only, from existing logs
+    python benchmarks/bench_model.py --models transformer_layer --dtype bfloat16 --inductor --section models_bf16
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ def median_ms(fn, warmup: int = 2, min_runs: int = 5, min_seconds: float = 1.0) 
     return statistics.median(times) * 1e3
 
 
-def bench_one(name: str, factory, trials: int, logs_dir: str, tune: bool, threads: int) -> tuple[str, list[str]]:
+def bench_one(name: str, factory, trials: int, logs_dir: str, tune: bool, threads: int, dtype: str,
+              inductor: bool) -> tuple[str, list[str]]:
     """(table row, extraction lines) for one model."""
     import numpy as np
     import torch
@@ -45,12 +49,14 @@ def bench_one(name: str, factory, trials: int, logs_dir: str, tune: bool, thread
     from autotune.model import build_model, capture, extract_tasks, tune_model
 
     model, inputs = factory()
+    if dtype != "float32":
+        model, inputs = model.to(getattr(torch, dtype)), tuple(x.to(getattr(torch, dtype)) for x in inputs)
     captured = capture(model, inputs)
     tasks = extract_tasks(captured)
     total = sum(t.flops * w for t, w in tasks)
     lines = [f"**{name}**: {len(tasks)} tasks, {sum(w for _, w in tasks)} calls, {total / 1e9:.2f} GFLOP", ""]
     lines += [f"- {t} x{w}: {100 * t.flops * w / total:.1f}% of FLOPs" for t, w in tasks]
-    log = os.path.join(logs_dir, f"{name}.jsonl")
+    log = os.path.join(logs_dir, f"{name}.jsonl" if dtype == "float32" else f"{name}-{dtype}.jsonl")
     tune_s = 0.0
     if tune and trials > 0:
         t0 = time.time()
@@ -61,22 +67,28 @@ def bench_one(name: str, factory, trials: int, logs_dir: str, tune: bool, thread
     default = build_model(captured)
     print(tuned.report.summary(), file=sys.stderr)
     with torch.no_grad():
-        ref = model(*inputs).numpy()
+        ref = model(*inputs).float().numpy()
+    tol = 1e-3 if dtype == "float32" else 8 * 2.0 ** -8 * float(np.abs(ref).max())  # a few bf16 roundings
     errs = []
     for built in (tuned, default):
-        out = built(*inputs)
-        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3)
+        out = np.asarray(built(*inputs)).astype(np.float32)
+        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=tol)
         errs.append(float(np.abs(out - ref).max()))
     torch.set_num_threads(threads)
+    compiled = torch.compile(model) if inductor else None
     with torch.no_grad():
+        if compiled is not None:
+            np.testing.assert_allclose(compiled(*inputs).float().numpy(), ref, rtol=1e-3, atol=tol)
         torch_ms = median_ms(lambda: model(*inputs))
+        inductor_ms = median_ms(lambda: compiled(*inputs)) if compiled is not None else None
     ms = []
     for built in (tuned, default):
         args = built.tvm_args(*inputs)
         ms.append(median_ms(lambda b=built, a=args: b.run_tvm(a)))
     n_tuned = sum(k.tuned for k in tuned.report.kernels)
+    versus = f" {inductor_ms:.2f} | {inductor_ms / ms[0]:.2f}x |" if inductor_ms is not None else ""
     row = (f"| {name} | {trials} | {n_tuned}/{len(tasks)} | {ms[0]:.2f} | {ms[1]:.2f} | {torch_ms:.2f} | "
-           f"{torch_ms / ms[0]:.2f}x | {max(errs):.1e} | {tune_s / 60:.1f} |")
+           f"{torch_ms / ms[0]:.2f}x |{versus} {max(errs):.1e} | {tune_s / 60:.1f} |")
     return row, lines
 
 
@@ -89,6 +101,8 @@ def main() -> None:
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
     ap.add_argument("--section", default="models", help="result name (benchmarks/results/NAME/)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the models' and PyTorch's")
+    ap.add_argument("--inductor", action="store_true", help="also time torch.compile's default backend (Inductor)")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
@@ -100,7 +114,8 @@ def main() -> None:
     os.makedirs(args.logs, exist_ok=True)
     rows, details = [], []
     for name in args.models:
-        row, lines = bench_one(name, MODELS[name], args.trials, args.logs, not args.no_tune, args.threads)
+        row, lines = bench_one(name, MODELS[name], args.trials, args.logs, not args.no_tune, args.threads, args.dtype,
+                               args.inductor)
         rows.append(row)
         details += lines + [""]
         print(row, file=sys.stderr)
@@ -108,12 +123,12 @@ def main() -> None:
     body = "\n".join([
         "## Whole models (benchmarks/bench_model.py)", "",
         (f"CPU {cpu}, {args.threads} threads for TVM (TVM_NUM_THREADS) and PyTorch (set_num_threads); "
-        f"TVM {tvm.__version__}; batch 1; median wall time per inference in one process. "
+        f"TVM {tvm.__version__}; {args.dtype}; batch 1; median wall time per inference in one process. "
         "\"tuned\" uses the best schedules of a `tune_model` run (xgb tuner) with the stated total trial budget; "
         "\"no logs\" is the same build with heuristic template configs and generic schedules."), "",
-        ("| model | trials | tasks tuned | tuned ms | no logs ms | PyTorch ms | speed-up vs PyTorch | max abs err "
-        "| tuning min |"),
-        "|---|---|---|---|---|---|---|---|---|",
+        ("| model | trials | tasks tuned | tuned ms | no logs ms | PyTorch ms | speed-up vs PyTorch |"
+         + (" Inductor ms | speed-up vs Inductor |" if args.inductor else "") + " max abs err | tuning min |"),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if args.inductor else "") + "---|---|",
         *rows, "", "### Extracted tasks", "", *details])
     report(args.section, body, write=not args.no_write)
 

@@ -51,14 +51,16 @@ def in_model_ms(built, inputs, runs: int) -> tuple[float, dict[str, float]]:
     return wall, {name: t / runs * 1e3 for name, t in total.items()}
 
 
-def alone_ms(built, name: str, shapes: list[list[int]], runs: int) -> tuple[float, float]:
+def alone_ms(built, name: str, params: list[tuple[list[int], str]], runs: int) -> tuple[float, float]:
     """(median ms warm, median ms with the caches evicted before each call) of the library function `name` called
-    alone on random float32 inputs of `shapes` (its parameters')."""
+    alone on random inputs of `params` (its parameters' shapes and dtypes)."""
+    import ml_dtypes
     import numpy as np
     import tvm
 
     call = built.executable.mod.get_function(name, query_imports=True)
-    arrays = [tvm.runtime.tensor(np.random.rand(*s).astype("float32")) for s in shapes]
+    arrays = [tvm.runtime.tensor(np.random.rand(*s).astype(ml_dtypes.bfloat16 if d == "bfloat16" else d))
+              for s, d in params]
     evict = np.zeros(EVICT_BYTES // 4, "float32")
     times: dict[bool, list[float]] = {False: [], True: []}
     for k in range(2 * runs):
@@ -77,9 +79,11 @@ def main() -> None:
     ap.add_argument("--log", required=True)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the model's")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
+    import torch
     from models import MODELS  # benchmarks/models.py
 
     from autotune import load_records
@@ -90,6 +94,8 @@ def main() -> None:
     from tvm import tirx
 
     model, inputs = MODELS[args.model]()
+    if args.dtype != "float32":
+        model, inputs = model.to(getattr(torch, args.dtype)), tuple(x.to(getattr(torch, args.dtype)) for x in inputs)
     captured = capture(model, inputs)
     target = resolve_target("llvm")
     use_target_threads(target)
@@ -97,7 +103,7 @@ def main() -> None:
     lowered, report = lower_captured(captured, target, load_records(args.log))
     built = BuiltModel(captured.name, captured.inputs, compile_lowered(lowered, to_tvm_target(target)), report)
     wall, per_func = in_model_ms(built, inputs, args.runs)
-    params = {gv.name_hint: [[int(d) for d in p.shape] for p in f.params]
+    params = {gv.name_hint: [([int(d) for d in p.shape], str(p.dtype)) for p in f.params]
               for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
     # kernels are numbered in the order the build meets them: the order of the report's tasks
     tasks = {f"autotune_{c.task.op}_{i}": c.task for i, c in enumerate(built.report.kernels)}

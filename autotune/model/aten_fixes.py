@@ -29,7 +29,10 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
     (a bias of the tensors' type added to it fails to import), PyTorch rounds the sums to the tensors' type: the
     product is cast back to it and its bias added after the cast;
   - layer_norm of bf16 tensors: TVM's takes float32 and float16 only; PyTorch normalises in float32 and rounds the
-    result: so is it here.
+    result: so is it here;
+  - a bmm by a 2-d tensor expanded over the batch (nn.MultiheadAttention's in-projection off its fast path:
+    `linear` of a transposed 3-d input): one mm of the batch's rows by that tensor, which autotune takes as a dense
+    layer where the tensor is a constant weight (TVM's importer makes a batched matmul of the copies).
 """
 
 from __future__ import annotations
@@ -408,6 +411,30 @@ def _narrow_product_rounded(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     node.replace_all_uses_with(result, delete_user_cb=lambda user: user is not rounded)
 
 
+def _bmm(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """bmm by an expanded 2-d tensor as mm (`_expanded_matrix`), then as any product (`_narrow_product_rounded`)."""
+    _narrow_product_rounded(graph, _bmm_of_expanded_matrix(graph, node) or node)
+
+
+def _bmm_of_expanded_matrix(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """bmm(a [B, M, K], view(expand(w [K, N]))) as view(mm(reshape(a, [B M, K]), w), [B, M, N]): the new mm, or
+    None when the second operand is not such an expansion."""
+    a, b = node.args[:2]
+    w = b.args[0] if b.op == "call_function" and b.target is aten.view.default else b
+    if w.op != "call_function" or w.target is not aten.expand.default:
+        return None
+    w = w.args[0]
+    av, wv, out = _val(a), _val(w), _val(node)
+    if not all(isinstance(t, torch.Tensor) for t in (av, wv, out)) or wv.ndim != 2:
+        return None
+    rows = [av.shape[0] * av.shape[1], av.shape[2]]
+    flat = _insert(graph, node, aten.view.default, (a, rows), av.reshape(rows))
+    product = _insert(graph, node, aten.mm.default, (flat, w), out.reshape(rows[0], -1))
+    result = _insert(graph, node, aten.view.default, (product, list(out.shape)), out)
+    node.replace_all_uses_with(result)
+    return product
+
+
 def _in_float32(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     """An op on bf16 tensors computed on them cast to float32, each of its results (a tuple's, through its getitem
     users) cast back."""
@@ -446,7 +473,7 @@ FIXES = {
     aten.view_as_real.default: _fft_as_matmuls,
     **dict.fromkeys((aten.full.default, aten.full_like.default), _nonfinite_fill_added),
     **dict.fromkeys((aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor), _float_scalar_promotes),
-    **dict.fromkeys((aten.mm.default, aten.bmm.default, aten.addmm.default, aten.convolution.default),
-                    _narrow_product_rounded),
+    **dict.fromkeys((aten.mm.default, aten.addmm.default, aten.convolution.default), _narrow_product_rounded),
+    aten.bmm.default: _bmm,
     aten.native_layer_norm.default: _in_float32,
 }
