@@ -24,12 +24,13 @@ from .task import Task, make_task
 PROBE_TARGETS = {"llvm": ({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
                           {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}),
                  "cuda": ({"kind": "cuda", "arch": "sm_80"},)}
-# a template that schedules other dtypes than float32 is probed on them too, on CPUs with their instructions
-# (AVX-512 VNNI and BF16 dot products; AMX tiles too)
+# a template that schedules other dtypes than float32 is probed on them too, on targets with their instructions
+# (AVX-512 VNNI and BF16 dot products; AMX tiles too; tensor cores)
 NARROW_PROBE_TARGETS = {"llvm": ({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 2},
-                                 {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})}
+                                 {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}),
+                        "cuda": ({"kind": "cuda", "arch": "sm_80"},)}
 PROBE_CONFIGS = 6  # configs per probe task, spread over the space
-FINGERPRINT_FORMAT = "3"  # 2: probed on an AVX2 target as well; 3: and on its other dtypes
+FINGERPRINT_FORMAT = "4"  # 2: probed on an AVX2 target as well; 3: and on its other dtypes; 4: on CUDA too
 
 
 class Fingerprinted(Protocol):

@@ -1,6 +1,7 @@
-"""On a CUDA machine: tune conv2d (64x56x56 3x3) and matmul 1024^3 for the GPU, then time the best kernels
-next to torch (cuBLAS / cuDNN, TF32 off: the same fp32 arithmetic) and, given --ms-trials, next to
-MetaSchedule's best at the same trial budget, all on the same GPU in the same process.
+"""On a CUDA machine: tune matmul 1024^3 in float16 (tensor cores) and in float32, and conv2d (64x56x56 3x3), for
+the GPU, then time the best kernels next to torch (cuBLAS / cuDNN in the same type; for float32 TF32 off: the same
+fp32 arithmetic, and TF32 on for reference) and, given --ms-trials, next to MetaSchedule's best at the same trial
+budget, all on the same GPU in the same process.
 
     python3 benchmarks/gpu_compare.py --trials 200 --task-budget-s 120 --ms-trials 64 --out DIR
 
@@ -23,9 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TASKS = {
-    "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024"),
-    "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1"),
+TASKS = {  # label -> (op, shape, dtype)
+    "matmul fp16 1024^3": ("matmul", "M=1024,N=1024,K=1024", "float16"),
+    "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024", "float32"),
+    "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1", "float32"),
 }
 
 
@@ -34,10 +36,13 @@ class OutOfTime(Exception):
 
 
 def check(task, got, arrays) -> None:
-    """Raise unless `got` is the task's output on `arrays` (numpy reference, fp32 tolerance)."""
-    import numpy as np
+    """Raise unless `got` is the task's output on `arrays` (numpy reference, the task dtype's tolerance)."""
+    from autotune.operators import check_output, reduction_size, reference_output
 
-    np.testing.assert_allclose(got, task.opdef.reference(task.shape, arrays), rtol=1e-3, atol=1e-3)
+    ref = reference_output(task.opdef, task.shape, task.dtype, arrays)
+    problem = check_output(got, ref, reduction_size(task.opdef, task.shape), task.dtype)
+    if problem:
+        raise AssertionError(f"{task}: {problem}")
 
 
 def median(xs) -> float:
@@ -200,9 +205,9 @@ def main() -> None:
 
     tuned = {}
 
-    def tune_and_compare(label, op, shape):
-        task = make_task(op, shape, target=args.target, arch=arch)
-        log = out / f"{op}.jsonl"
+    def tune_and_compare(label, op, shape, dtype):
+        task = make_task(op, shape, dtype, target=args.target, arch=arch)
+        log = out / f"{op}-{dtype}.jsonl"
         stopped, tune_s = tune_for(task, log, args.trials, args.task_budget_s, args.tuner)
         first, _ = split_retimes(r for r in load_records(log) if r.task.key == task.key)
         row = {"task": label, "arch": arch, "compile_mode": mode, "trials": len(first),
@@ -211,15 +216,16 @@ def main() -> None:
         if not any(r.result.ok for r in first):
             save({**row, "autotune_gflops": None})
             return
-        arrays = random_inputs(task.opdef, task.shape, "float32", seed=1)
+        arrays = random_inputs(task.opdef, task.shape, dtype, seed=1)
         kernel = best_within(first, task, len(first))
         gf = lambda s: task.flops / s / 1e9  # noqa: E731
         ours = checked_time(kernel, arrays)
-        fp32, tf32 = torch_time(task, arrays, tf32=False), torch_time(task, arrays, tf32=True)
+        fp32 = torch_time(task, arrays, tf32=False)  # torch in the task's dtype (float32: TF32 off)
+        tf32 = torch_time(task, arrays, tf32=True) if dtype == "float32" else fp32
         tuned[label] = (task, first, arrays)
         best_so_far = list(accumulate((r.result.mean_s if r.result.ok else math.inf for r in first), min))
-        save({**row, "autotune_gflops": gf(ours), "torch_fp32_gflops": gf(fp32), "torch_tf32_gflops": gf(tf32),
-              "ratio_vs_torch_fp32": fp32 / ours, "config": kernel.config.to_dict(),
+        save({**row, "dtype": dtype, "autotune_gflops": gf(ours), "torch_gflops": gf(fp32),
+              "torch_tf32_gflops": gf(tf32), "ratio_vs_torch": fp32 / ours, "config": kernel.config.to_dict(),
               "curve_gflops": [gf(s) for s in best_so_far[15::16] if math.isfinite(s)]})
         flipped = with_knob_flipped(task, kernel, "double_buffer")  # what the knob is worth on the best tiles
         if flipped is not None:
@@ -227,9 +233,8 @@ def main() -> None:
                   "best_gflops": gf(checked_time(kernel, arrays)), "flipped_gflops": gf(checked_time(flipped, arrays))})
 
     for label in args.tasks:
-        op, shape = TASKS[label]
         try:
-            tune_and_compare(label, op, shape)
+            tune_and_compare(label, *TASKS[label])
         except Exception as err:  # noqa: BLE001 - report it and go on with the next task
             traceback.print_exc()
             save({"task": label, "crashed": f"{type(err).__name__}: {str(err)[-800:]}"})
@@ -237,6 +242,8 @@ def main() -> None:
         from _baselines import metaschedule_kernel
 
         for label, (task, first, arrays) in tuned.items():
+            if task.dtype != "float32":  # the MetaSchedule arm builds fp32 kernels
+                continue
             if time.time() - start > args.deadline_s - 150:
                 print(f"skip MetaSchedule for {label}: too close to the deadline", flush=True)
                 continue
@@ -258,14 +265,14 @@ def main() -> None:
             save({"task": label, "trials": args.ms_trials, "autotune_trials": min(args.ms_trials, len(first)),
                   "autotune_gflops": gf(ours), "metaschedule_gflops": gf(ms),
                   "ratio_vs_metaschedule": ms / ours, "ms_s": round(time.time() - t0, 1)})
-    print("| task | trials | autotune GFLOPS | torch fp32 | torch tf32 | MetaSchedule | ratio |")
+    print("| task | trials | autotune GFLOPS | torch (same type) | torch tf32 | MetaSchedule | ratio |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         if "crashed" in r or r.get("autotune_gflops", 0) is None:
             print(f"| {r['task']} | {r.get('trials', '')} | {r.get('crashed') or r['failures']} | | | | |")
-        elif "torch_fp32_gflops" in r:
-            print(f"| {r['task']} | {r['trials']} | {r['autotune_gflops']:.0f} | {r['torch_fp32_gflops']:.0f} | "
-                  f"{r['torch_tf32_gflops']:.0f} | | {r['ratio_vs_torch_fp32']:.2f}x torch fp32 |")
+        elif "torch_gflops" in r:
+            print(f"| {r['task']} | {r['trials']} | {r['autotune_gflops']:.0f} | {r['torch_gflops']:.0f} | "
+                  f"{r['torch_tf32_gflops']:.0f} | | {r['ratio_vs_torch']:.2f}x torch {r['dtype']} |")
         elif "metaschedule_gflops" in r:
             print(f"| {r['task']} | {r['autotune_trials']} vs {r['trials']} | {r['autotune_gflops']:.0f} | | | "
                   f"{r['metaschedule_gflops']:.0f} | "

@@ -12,6 +12,7 @@ VECTOR_LANES = 16  # fp32 lanes a write-back or copy loop is vectorised by (one 
 UNROLL_STEPS = (0, 16, 64, 512)
 SPARE_REGISTERS = 2  # vector registers a register tile leaves for the operands it loads and broadcasts
 MAX_PAD = 1 / 8  # the most a padded vector tile may add to its axis (as a share of the extent)
+CPU_DTYPES = ("float32", "bfloat16", "int8")  # of the templates with narrow paths (AMX, VNNI, AVX-512 BF16)
 
 
 def register_budget(task: Task) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.operators import DTYPES
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import PREPACK, Relayout, Template, prim_func
@@ -27,6 +26,7 @@ from autotune.templates import PREPACK, Relayout, Template, prim_func
 from . import conv2d_amx
 from .base import conv_groups, output_shape
 from .common import (
+    CPU_DTYPES,
     VECTOR_LANES,
     annotate_unroll,
     decompose,
@@ -170,6 +170,6 @@ def conv_preferences(task: Task) -> dict[str, Any]:
 
 # compatible_versions: the fp32-only versions (the same fp32 spaces and schedules)
 CONV2D_CPU = Template("conv2d_cpu", "conv2d", "llvm", conv_space, conv_apply, conv_relayouts,
-                      compatible_versions=("013a49ea51e2",), preferences=conv_preferences, dtypes=DTYPES)
+                      compatible_versions=("013a49ea51e2",), preferences=conv_preferences, dtypes=CPU_DTYPES)
 GROUP_CONV2D_CPU = Template("group_conv2d_cpu", "group_conv2d", "llvm", define_space, apply, relayouts,
-                            compatible_versions=("adec9acf9256",), preferences=preferences, dtypes=DTYPES)
+                            compatible_versions=("adec9acf9256",), preferences=preferences, dtypes=CPU_DTYPES)

@@ -20,6 +20,7 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import Template
 
+from . import cuda_gemm_tc
 from .base import gemm_schedule
 from .cuda_common import (
     FLOAT_BYTES,
@@ -86,6 +87,8 @@ def apply_gemm(gemm: CudaGemm, task: Task, cfg: Config):
         cooperative_fetch(sch, blk, operand, k0, threads, cfg["fetch_vec"], scope)
     for operand in (0, 1):
         sch.compute_at(sch.cache_read(blk, operand, "local"), k2)
+    if task.element.output != task.element.accumulate:  # rounded (fp16) as each thread writes its tile back
+        sch.reverse_compute_inline(sch.get_sblock("C_out"))
     sch.decompose_reduction(blk, k0)
     if cfg["double_buffer"]:
         double_buffer(sch, k0, 2, str(task.target["arch"]))
@@ -113,31 +116,45 @@ def gemm_resources(gemm: CudaGemm, task: Task, cfg: Config) -> KernelResources:
 _GEMMS = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}
 
 
+def _tensor_cores(task: Task) -> bool:
+    """Whether the task takes the tensor-core path (`cuda_gemm_tc`): float16, M, N and K multiples of 16."""
+    gemm = _GEMMS[task.op]
+    return task.dtype == "float16" and gemm.batch is None and cuda_gemm_tc.tiles(task, gemm) is not None
+
+
 def gemm_space(task: Task) -> ConfigSpace:
-    """Space of a GEMM-family task (the operator comes from the task)."""
-    return define_gemm_space(_GEMMS[task.op], task)
+    """Space of a GEMM-family task (the operator comes from the task): the tensor-core path's for float16 where it
+    applies, else the one below (float16 inputs widened)."""
+    gemm = _GEMMS[task.op]
+    return cuda_gemm_tc.define_space(gemm, task) if _tensor_cores(task) else define_gemm_space(gemm, task)
 
 
 def gemm_apply(task: Task, cfg: Config):
-    """Schedule of one config of a GEMM-family task."""
-    return apply_gemm(_GEMMS[task.op], task, cfg)
+    """Schedule of one config of a GEMM-family task, on the path `gemm_space` chose."""
+    gemm = _GEMMS[task.op]
+    return cuda_gemm_tc.apply(gemm, task, cfg) if _tensor_cores(task) else apply_gemm(gemm, task, cfg)
 
 
 def kernel_resources(task: Task, cfg: Config) -> KernelResources:
     """What a config of a GEMM-family task asks of the GPU (`Template.kernel_resources`)."""
-    return gemm_resources(_GEMMS[task.op], task, cfg)
+    gemm = _GEMMS[task.op]
+    return cuda_gemm_tc.resources(gemm, task, cfg) if _tensor_cores(task) else gemm_resources(gemm, task, cfg)
 
 
 def preferences(task: Task) -> dict[str, Any]:
     """The config an untuned build prefers (`Template.preferences`): 16 x 16 threads of 4 x 4 outputs, shared
-    tiles 16 deep, float4 fetches."""
+    tiles 16 deep, float4 fetches (the tensor-core path: `cuda_gemm_tc.preferences`)."""
+    if _tensor_cores(task):
+        return cuda_gemm_tc.preferences(_GEMMS[task.op], task)
     return {"tile_i": (4, 16, 1), "tile_j": (4, 16, 1), "tile_k": (4, 4), "fetch_vec": 4, "double_buffer": False,
             "auto_unroll": 512, "unroll_explicit": True}
 
 
+GPU_DTYPES = ("float32", "float16")  # float16: tensor cores (`cuda_gemm_tc`)
+# compatible_versions: the float32-only versions (the same float32 spaces and schedules)
 MATMUL_CUDA = Template("matmul_cuda", "matmul", "cuda", gemm_space, gemm_apply, preferences=preferences,
-                       kernel_resources=kernel_resources)
+                       kernel_resources=kernel_resources, dtypes=GPU_DTYPES, compatible_versions=("a1cf8fe55c0a",))
 DENSE_CUDA = Template("dense_cuda", "dense", "cuda", gemm_space, gemm_apply, preferences=preferences,
-                      kernel_resources=kernel_resources)
+                      kernel_resources=kernel_resources, dtypes=GPU_DTYPES, compatible_versions=("eb53327f29d1",))
 BATCH_MATMUL_CUDA = Template("batch_matmul_cuda", "batch_matmul", "cuda", gemm_space, gemm_apply,
                              preferences=preferences, kernel_resources=kernel_resources)

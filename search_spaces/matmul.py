@@ -26,13 +26,14 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autotune.operators import DTYPES, in_type
+from autotune.operators import in_type
 from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import PREPACK, Relayout, Template
 
 from . import gemm_amx, gemm_dot
 from .common import (
+    CPU_DTYPES,
     VECTOR_LANES,
     annotate_unroll,
     decompose,
@@ -392,13 +393,13 @@ def batch_matmul_preferences(task: Task) -> dict[str, Any]:
 # They schedule `_gemm_func`: a trace that starts from the task's PrimFunc runs `from_task_func` first.
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply,
                       compatible_versions=("687b25bbcf06", "22c7e3a1e764", "010ca9a55a37"),
-                      preferences=matmul_preferences, from_task_func=gemm_from_task_func, dtypes=DTYPES)
+                      preferences=matmul_preferences, from_task_func=gemm_from_task_func, dtypes=CPU_DTYPES)
 MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply,
                               compatible_versions=("c7fd1b95abe8",), preferences=matmul_ukernel_preferences,
                               from_task_func=from_task_func)
 DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply, dense_relayouts,
                      compatible_versions=("c6685a3bcb85", "8d0abcca033e", "cef8a84581a8"),
-                     preferences=dense_preferences, from_task_func=gemm_from_task_func, dtypes=DTYPES)
+                     preferences=dense_preferences, from_task_func=gemm_from_task_func, dtypes=CPU_DTYPES)
 BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply,
                             compatible_versions=("8d7ab524a85b",), preferences=batch_matmul_preferences,
                             from_task_func=from_task_func)

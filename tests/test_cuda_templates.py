@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from autotune.gpu_limits import KernelResources, check_config, check_resources, compute_capability, limits_for
-from autotune.operators import check_output, random_inputs, reduction_size
+from autotune.operators import check_output, random_inputs, reduction_size, reference_output
 from autotune.space import Config
 from autotune.target import compile_kernel
 from autotune.task import Task, make_task
@@ -238,14 +238,15 @@ def _check_on_gpu(template: Template, task: Task, configs: list[Config]) -> None
     if not tvm.cuda(0).exist:
         pytest.skip("no CUDA device: numeric checks run on a GPU machine")
     inputs = random_inputs(task.opdef, task.shape, task.dtype)
-    ref = task.opdef.reference(task.shape, inputs)
+    ref = reference_output(task.opdef, task.shape, task.dtype, inputs)
     dev = tvm.cuda(0)
     for cfg in configs:
         ex = compile_kernel(template.apply(task, cfg).mod, task.target)
         args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        out = tvm.runtime.empty(ref.shape, task.dtype, dev)
+        out = tvm.runtime.empty(ref.shape, task.element.output, dev)
         ex(*args, out)
-        assert check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape)) is None, cfg.knobs
+        problem = check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape), task.dtype)
+        assert problem is None, (cfg.knobs, problem)
 
 
 @pytest.mark.parametrize("op,shape", [CASES[1], CASES[3], CASES[5], CASES[7], CASES[10], CASES[12]])
@@ -257,3 +258,52 @@ def test_random_configs_are_numerically_correct_on_gpu(op: str, shape: str) -> N
 def test_double_buffered_matmuls_are_numerically_correct_on_gpu() -> None:
     configs = [Config(0, knobs) for knobs in (DOUBLE_STATIC, DOUBLE_DYNAMIC, {**DOUBLE_STATIC, "fetch_vec": 1})]
     _check_on_gpu(MATMUL_CUDA, _task("matmul", MM_1024), configs)
+
+
+FP16_CASES = [("matmul", "M=256,N=128,K=64", "sm_80"), ("dense", "batch=128,in_features=256,out_features=192", "sm_90")]
+
+
+def _fp16_configs(op: str, shape: str, arch: str) -> tuple[Task, Template, list[Config]]:
+    """A float16 task, its template, and its untuned config and two random valid ones."""
+    from autotune.model.default_schedule import heuristic_configs
+
+    task = make_task(op, shape, "float16", target="cuda", arch=arch)
+    template = TEMPLATES[op]
+    return task, template, heuristic_configs(template, task, count=1) + _valid_configs(template, task, 2)
+
+
+@pytest.mark.parametrize("op,shape,arch", FP16_CASES)
+def test_float16_gemms_run_on_tensor_cores(op: str, shape: str, arch: str) -> None:
+    task, template, configs = _fp16_configs(op, shape, arch)
+    assert "fetch_vec" in [k.name for k in template.define_space(task).knobs] and len(configs) == 3
+    for cfg in configs:
+        res = _resources(template, task, cfg)
+        assert check_config(task, template, cfg) is None and res.dynamic_shared
+        src = _cuda_source(template, task, cfg)
+        assert f"__launch_bounds__({res.threads})" in src and res.block[0] == 32  # whole warps
+        for call in ("wmma::fill_fragment", "wmma::load_matrix_sync", "wmma::mma_sync", "wmma::store_matrix_sync"):
+            assert call in src, call
+        layout = "col_major" if op == "dense" else "row_major"  # dense's W tile, read transposed
+        assert f"wmma::matrix_b, 16, 16, 16, half, nvcuda::wmma::{layout}>" in src
+        assert ("cp.async" in src) == cfg["double_buffer"]
+    if shutil.which("nvcc") is not None:  # ptxas checks the fragments' types and the async copies too
+        import tvm
+        from tvm.support import nvcc
+
+        with tvm.target.Target({"kind": "cuda", "arch": arch}):
+            cubin = nvcc.compile_cuda(_cuda_source(template, task, configs[0]), target_format="cubin", arch=arch,
+                                      compiler="nvcc")
+        assert b"main_kernel" in bytes(cubin)
+
+
+def test_float16_gemms_off_the_tensor_core_tiles_widen_their_inputs() -> None:
+    task = make_task("matmul", "M=20,N=24,K=40", "float16", target="cuda", arch="sm_80")
+    for cfg in _valid_configs(MATMUL_CUDA, task, 2):
+        src = _cuda_source(MATMUL_CUDA, task, cfg)
+        assert "wmma" not in src and "half" in src
+
+
+@pytest.mark.parametrize("op,shape,arch", [*FP16_CASES, ("matmul", "M=20,N=24,K=40", "sm_80")])
+def test_float16_gemms_are_numerically_correct_on_gpu(op: str, shape: str, arch: str) -> None:
+    task, template, configs = _fp16_configs(op, shape, arch)
+    _check_on_gpu(template, task, configs)

@@ -30,7 +30,9 @@ def test_dtype_is_part_of_the_task_and_its_key() -> None:
 
 
 @pytest.mark.parametrize("op,shape,dtype,needle", [
-    ("matmul", "M=2,N=2,K=2", "float16", "unsupported dtype 'float16'; choose one of: float32, bfloat16, int8"),
+    ("matmul", "M=2,N=2,K=2", "float64", "unsupported dtype 'float64'; choose one of: float32, bfloat16, float16, "
+                                         "int8"),
+    ("matmul", "M=2,N=2,K=2", "float16", "no float16 template for matmul on llvm yet (float16 on llvm: none)"),
     ("depthwise_conv2d", "C=8,H=8,W=8,R=3,S=3", "int8", "no int8 template for depthwise_conv2d on llvm yet (int8 "
                                                         "on llvm: matmul, dense, conv2d, group_conv2d)"),
     ("batch_matmul", "B=2,M=2,N=2,K=2", "bfloat16", "no bfloat16 template for batch_matmul on llvm yet"),

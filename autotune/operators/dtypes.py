@@ -5,6 +5,7 @@ and how its test inputs are drawn (how close a kernel must come to the reference
 - bfloat16: bf16 in (a model in `torch.bfloat16`), sums in fp32, rounded to bf16 out (as PyTorch's bf16 linear
   and matmul give it). The reference sums the same bf16 inputs in float64 and is compared before rounding: a kernel
   may be off by its own fp32 round-off plus half a bf16 step.
+- float16: fp16 in, sums in fp32, rounded to fp16 out (CUDA tensor cores; as bfloat16 otherwise).
 - int8: int8 x int8 in, int32 sums and output (as `torch._int_mm`): exact, so the check is equality.
 """
 
@@ -38,6 +39,12 @@ class ElementType:
     def exact(self) -> bool:
         return self.accumulate.startswith("int")
 
+    @property
+    def output_rounding(self) -> float:
+        """How far rounding to the output type may move a value, relative to it: half a step of its significand
+        (0 where the output is the sums' own type)."""
+        return {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}.get(self.output, 0.0)
+
     def random(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         """Test inputs: uniform in [-1, 1) (rounded to bf16 for bfloat16), every int8 value for int8."""
         if self.exact:
@@ -62,6 +69,7 @@ def _numpy_dtype(name: str) -> np.dtype:
 ELEMENT_TYPES = {t.name: t for t in (
     ElementType("float32", "float32", "float32", "float32", "fp32 in, fp32 sums, fp32 out"),
     ElementType("bfloat16", "bfloat16", "float32", "bfloat16", "bf16 in, fp32 sums, bf16 out"),
+    ElementType("float16", "float16", "float32", "float16", "fp16 in, fp32 sums, fp16 out"),
     ElementType("int8", "int8", "int32", "int32", "int8 x int8 in, int32 sums and out"),
 )}
 DTYPES = tuple(ELEMENT_TYPES)

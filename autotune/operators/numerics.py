@@ -7,7 +7,6 @@ import numpy as np
 from .definition import OpDef, Params
 from .dtypes import element_type
 
-BF16_STEP = 2.0 ** -7  # bf16's 8-bit significand: a value v is stored within |v| * 2**-8 (half a step)
 
 
 def random_inputs(op: OpDef, params: Params, dtype: str, seed: int = 0) -> list[np.ndarray]:
@@ -28,8 +27,8 @@ def reference_output(op: OpDef, params: Params, dtype: str, inputs: list[np.ndar
 
 def check_output(out: np.ndarray, ref: np.ndarray, reduction: int, dtype: str = "float32") -> str | None:
     """None when a kernel's `out` matches the reference `ref` as closely as `dtype` allows, else why not: equal for
-    integers; within fp32 round-off of a sum of `reduction` terms (plus half a bf16 step of the largest value for
-    bfloat16) otherwise."""
+    integers; within fp32 round-off of a sum of `reduction` terms (plus half a step of the output type of the
+    largest value, for bfloat16 and float16) otherwise."""
     kind = element_type(dtype)
     if out.shape != ref.shape:
         return f"output shape {out.shape} != reference {ref.shape}"
@@ -41,8 +40,7 @@ def check_output(out: np.ndarray, ref: np.ndarray, reduction: int, dtype: str = 
         return "output has NaN/Inf"
     largest = float(np.abs(ref).max())
     tol = 1e-5 * max(1.0, np.sqrt(reduction)) * max(1.0, largest)
-    if kind.output == "bfloat16":
-        tol += BF16_STEP / 2 * largest
+    tol += kind.output_rounding * largest
     err = float(np.abs(got - ref).max())
     return None if err <= tol else f"max abs error {err:.3g} > tolerance {tol:.3g}"
 
