@@ -67,9 +67,9 @@ def apply(gemm, task: Task, cfg: Config, ins: TileInstruction):
     write_back = sch.get_sblock("C")
     sch.reverse_compute_at(write_back, mid[-1] if whole_k else outer)
     vectorize_inner(sch, write_back, 16)
-    schedule_copies(sch, cfg["pack_b"], outer, COLS * ins.group, a_copied=rows != p[gemm.m])
+    imported = schedule_copies(sch, gemm, task, cfg, ins, outer, a_copied=rows != p[gemm.m])
     init = sch.decompose_reduction(blk, k0)
     vectorize_inner(sch, init, 16)
     sch.tensorize(i2, ins.intrin(kc, *operand_types(gemm, task, ins, rows, cfg["pack_b"] == "pre")))
-    sch.annotate(outer, "pragma_import_llvm", ins.llvm_import)
+    sch.annotate(outer, "pragma_import_llvm", ins.llvm_import + imported)
     return sch

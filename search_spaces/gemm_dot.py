@@ -24,6 +24,7 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import Relayout
 
+from . import pack_intrinsics
 from .amx_intrinsics import COLS, ROWS, TileInstruction, tile_instruction
 from .common import (
     annotate_unroll,
@@ -124,7 +125,7 @@ def apply(gemm, task: Task, cfg: Config, ins: DotInstruction):
     else:
         sch.reverse_compute_at(write_back, mid[-1] if whole_k else outer)
     vectorize_inner(sch, write_back, max(LANES, jb))
-    schedule_copies(sch, cfg["pack_b"], outer, LANES * ins.group, a_copied=shifted or rows != p[gemm.m])
+    imported = schedule_copies(sch, gemm, task, cfg, ins, outer, a_copied=shifted or rows != p[gemm.m])
     sch.unroll(i2)
     sch.unroll(jv)
     init = sch.decompose_reduction(blk, k0)
@@ -134,8 +135,8 @@ def apply(gemm, task: Task, cfg: Config, ins: DotInstruction):
     if shifted:
         _schedule_column_sums(sch, ins, b_type)
     annotate_unroll(sch, outer, cfg["auto_unroll"])
-    if ins.llvm_import:
-        sch.annotate(outer, "pragma_import_llvm", ins.llvm_import)
+    if ins.llvm_import + imported:
+        sch.annotate(outer, "pragma_import_llvm", ins.llvm_import + imported)
     return sch
 
 
@@ -148,22 +149,32 @@ def split_tiles(sch, blk, cfg: Config):
     return ii, jj, split(sch, k, cfg["tile_k"]), kg, mid
 
 
-def schedule_copies(sch, pack_b: str, outer, width: int, a_copied: bool) -> None:
-    """The kernel's own copies of its operands (`dot_func`), parallel and vectorised: B packed in the kernel, one
-    outer tile's panel at a time ("tile", cache-hot for the tile) or all up front ("root"), `width` elements (one
-    packed row of B) at once; A copied into shifted or padded rows."""
-    if pack_b in ("tile", "root"):
+def schedule_copies(sch, gemm, task: Task, cfg: Config, ins, outer, a_copied: bool) -> str:
+    """The kernel's own copies of its operands (`dot_func`), parallel: B packed in the kernel, one outer tile's
+    panel at a time ("tile", cache-hot for the tile) or all up front ("root"), a packed row of B (`group` rows of
+    B interleaved) at once (`pack_intrinsics`; vectorised where N is padded); A copied into shifted or padded rows,
+    vectorised. Returns the LLVM IR the packing calls ("" for none)."""
+    imported = ""
+    if cfg["pack_b"] in ("tile", "root"):
         packed = sch.get_sblock("B_pack")
-        if pack_b == "tile":
+        if cfg["pack_b"] == "tile":
             sch.compute_at(packed, outer)
         else:
             parallel_fused(sch, sch.get_loops(packed)[:1])
-        sch.fuse(*sch.get_loops(packed)[-2:])
-        vectorize_inner(sch, packed, width)
+        jb, bits = cfg["tile_j"][-1], task.element.numpy_storage.itemsize * 8
+        if math.prod(cfg["tile_j"]) == task.shape[gemm.n]:
+            storage = task.element.storage
+            intrin = pack_intrinsics.intrin(jb, ins.group, storage, kernel_type(storage))
+            sch.tensorize(sch.get_loops(packed)[-2], intrin)
+            imported = pack_intrinsics.llvm(jb, ins.group, bits)
+        else:  # the zero columns past N: an element-wise copy
+            sch.fuse(*sch.get_loops(packed)[-2:])
+            vectorize_inner(sch, packed, jb * ins.group)
     if a_copied:
         a_in = sch.get_sblock("A_in")
         parallel_fused(sch, sch.get_loops(a_in)[:1])
         vectorize_inner(sch, a_in, 64)
+    return imported
 
 
 def _schedule_column_sums(sch, ins: DotInstruction, b_type: str) -> None:

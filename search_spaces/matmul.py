@@ -388,11 +388,11 @@ def batch_matmul_preferences(task: Task) -> dict[str, Any]:
 
 
 # compatible_versions: the version that wrote every register tile back per outer tile (same space, same configs),
-# for matmul and dense the version before their dot-product path (same fp32 spaces and schedules), and the one whose
-# AMX call summed one tap only (same spaces).
+# for matmul and dense the version before their dot-product path (same fp32 spaces and schedules), the one whose
+# AMX call summed one tap only, and matmul's whose narrow paths packed B element by element (same spaces).
 # They schedule `_gemm_func`: a trace that starts from the task's PrimFunc runs `from_task_func` first.
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply,
-                      compatible_versions=("687b25bbcf06", "22c7e3a1e764", "010ca9a55a37"),
+                      compatible_versions=("687b25bbcf06", "22c7e3a1e764", "010ca9a55a37", "34e400309078"),
                       preferences=matmul_preferences, from_task_func=gemm_from_task_func, dtypes=CPU_DTYPES)
 MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply,
                               compatible_versions=("c7fd1b95abe8",), preferences=matmul_ukernel_preferences,
