@@ -102,6 +102,9 @@ INSTRUCTION_CASES = [  # (a target without AMX where the host may have it)
     ("conv2d", "N=2,C=60,H=7,W=10,K=60,R=3,S=3,padding=2,dilation=2", "int8", "amx-int8", HOST),  # K, C padded
     ("conv2d", "C=32,H=10,W=7,K=40,R=1,S=1", "bfloat16", "amx-bf16", HOST),  # 1x1; K to 64, pixels to 96
     ("conv2d", "N=2,C=64,H=6,W=5,K=32,R=3,S=3,padding=1", "bfloat16", "amx-bf16", HOST),
+    ("conv2d", "N=2,C=64,H=15,W=13,K=48,R=3,S=3,stride=2,padding=1", "int8", "amx-int8", HOST),  # 4 phases
+    ("conv2d", "C=32,H=11,W=11,K=32,R=5,S=5,stride=2,padding=2", "bfloat16", "amx-bf16", HOST),
+    ("conv2d", "C=64,H=14,W=14,K=64,R=1,S=1,stride=2", "bfloat16", "amx-bf16", HOST),  # one phase
 ]
 
 
@@ -116,7 +119,7 @@ def test_instruction_kernels_match_the_reference(op, shape, dtype, feature, targ
     ("matmul", "M=5,N=24,K=7", "int8"),  # K not a whole number of VNNI groups: widened on any CPU
     ("dense", "batch=3,in_features=8,out_features=40", "int8"),  # N not whole instructions within MAX_PAD
     ("dense", "batch=6,in_features=16,out_features=20", "bfloat16"),  # (on haswell)
-    ("conv2d", "C=32,H=9,W=7,K=32,R=3,S=3,stride=2,padding=1", "int8"),  # a stride: not on the AMX path
+    ("conv2d", "C=32,H=9,W=9,K=32,R=3,S=3,stride=2,padding=2,dilation=2", "int8"),  # not on the AMX path
     ("conv2d", "C=8,H=6,W=6,K=16,R=3,S=3,padding=1", "bfloat16"),
     ("group_conv2d", "C=16,H=6,W=6,K=16,R=3,S=3,groups=4,padding=1", "int8"),
 ])
