@@ -58,45 +58,57 @@ def fill() -> str:
     return "autotune_wmma_fill_f32"
 
 
-@functools.lru_cache(maxsize=None)
-def load(operand: str, scope: str, col_major: bool) -> str:
-    """A fragment of operand "a" or "b" loaded from shared memory (`scope`: "shared" or "shared.dyn"), stored
-    row-major, or column-major (dense's W, [N, K]: the fragment B' is W's tile transposed)."""
+def _fragment_copy(name: str, dtype: str, src_scope: str, dst_scope: str, call) -> str:
+    """Register a 16 x 16 copy from `src_scope` to `dst_scope` done by `call(A, C, a_stride, c_stride)` (A the
+    source, C the destination, their row strides)."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
-    n, frag = FRAGMENT, f"wmma.matrix_{operand}"
-    layout = "col_major" if col_major else "row_major"
+    n = FRAGMENT
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (n, n), OPERAND, align=64, offset_factor=n, scope=scope)
-        C = T.match_buffer(c, (n, n), OPERAND, align=64, offset_factor=n, scope=frag)
+        A = T.match_buffer(a, (n, n), dtype, align=64, offset_factor=n, scope=src_scope)
+        C = T.match_buffer(c, (n, n), dtype, align=64, offset_factor=n, scope=dst_scope)
         with T.sblock("root"):
             T.reads(A[0:n, 0:n])
             T.writes(C[0:n, 0:n])
             for i, j in T.grid(n, n):
-                with T.sblock("load"):
+                with T.sblock("copy"):
                     vi, vj = T.axis.remap("SS", [i, j])
                     C[vi, vj] = A[vi, vj]
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, c: T.handle) -> None:
-        s1 = T.int32()
-        s0 = T.int32()
-        d1 = T.int32()
-        d0 = T.int32()
-        A = T.match_buffer(a, (n, n), OPERAND, align=64, offset_factor=n, scope=scope, strides=[s1, s0])
-        C = T.match_buffer(c, (n, n), OPERAND, align=64, offset_factor=n, scope=frag, strides=[d1, d0])
+        a1 = T.int32()
+        a0 = T.int32()
+        c1 = T.int32()
+        c0 = T.int32()
+        A = T.match_buffer(a, (n, n), dtype, align=64, offset_factor=n, scope=src_scope, strides=[a1, a0])
+        C = T.match_buffer(c, (n, n), dtype, align=64, offset_factor=n, scope=dst_scope, strides=[c1, c0])
         with T.sblock("root"):
             T.reads(A[0:n, 0:n])
             T.writes(C[0:n, 0:n])
-            T.evaluate(T.tvm_load_matrix_sync(C.data, n, n, n, _fragment_index(C, d1, n, n),
-                                              A.access_ptr("r", ptr_type=OPERAND), s1, layout, dtype="void"))
+            T.evaluate(call(A, C, a1, c1))
 
-    name = f"autotune_wmma_load_{operand}_{scope.replace('.', '_')}_{layout}"
     TensorIntrin.register(name, desc, impl, override=True)
     return name
+
+
+@functools.lru_cache(maxsize=None)
+def load(operand: str, scope: str, col_major: bool) -> str:
+    """A fragment of operand "a" or "b" loaded from shared memory (`scope`: "shared" or "shared.dyn"), stored
+    row-major, or column-major (dense's W, [N, K]: the fragment B' is W's tile transposed)."""
+    from tvm.script import tirx as T
+
+    n, layout = FRAGMENT, "col_major" if col_major else "row_major"
+
+    def call(A, C, a_stride, c_stride):
+        return T.tvm_load_matrix_sync(C.data, n, n, n, _fragment_index(C, c_stride, n, n),
+                                      A.access_ptr("r", ptr_type=OPERAND), a_stride, layout, dtype="void")
+
+    name = f"autotune_wmma_load_{operand}_{scope.replace('.', '_')}_{layout}"
+    return _fragment_copy(name, OPERAND, scope, f"wmma.matrix_{operand}", call)
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,39 +162,13 @@ def multiply(b_transposed: bool) -> str:
 @functools.lru_cache(maxsize=None)
 def store(scope: str) -> str:
     """An accumulator fragment stored (row-major, fp32) to `scope` ("shared", "shared.dyn" or "global")."""
-    from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
     n = FRAGMENT
 
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (n, n), ACCUMULATOR, align=64, offset_factor=n, scope="wmma.accumulator")
-        C = T.match_buffer(c, (n, n), ACCUMULATOR, align=64, offset_factor=n, scope=scope)
-        with T.sblock("root"):
-            T.reads(A[0:n, 0:n])
-            T.writes(C[0:n, 0:n])
-            for i, j in T.grid(n, n):
-                with T.sblock("store"):
-                    vi, vj = T.axis.remap("SS", [i, j])
-                    C[vi, vj] = A[vi, vj]
+    def call(A, C, a_stride, c_stride):
+        return T.tvm_store_matrix_sync(A.data, n, n, n, _fragment_index(A, a_stride, n, n),
+                                       C.access_ptr("w", ptr_type=ACCUMULATOR), c_stride, "row_major", dtype="void")
 
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, c: T.handle) -> None:
-        s1 = T.int32()
-        s0 = T.int32()
-        d1 = T.int32()
-        d0 = T.int32()
-        A = T.match_buffer(a, (n, n), ACCUMULATOR, align=64, offset_factor=n, scope="wmma.accumulator",
-                           strides=[d1, d0])
-        C = T.match_buffer(c, (n, n), ACCUMULATOR, align=64, offset_factor=n, scope=scope, strides=[s1, s0])
-        with T.sblock("root"):
-            T.reads(A[0:n, 0:n])
-            T.writes(C[0:n, 0:n])
-            T.evaluate(T.tvm_store_matrix_sync(A.data, n, n, n, _fragment_index(A, d1, n, n),
-                                               C.access_ptr("w", ptr_type=ACCUMULATOR), s1, "row_major",
-                                               dtype="void"))
-
-    name = f"autotune_wmma_store_f32_{scope.replace('.', '_')}"
-    TensorIntrin.register(name, desc, impl, override=True)
-    return name
+    return _fragment_copy(f"autotune_wmma_store_f32_{scope.replace('.', '_')}", ACCUMULATOR, "wmma.accumulator",
+                          scope, call)
