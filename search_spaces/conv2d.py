@@ -88,6 +88,8 @@ def apply(task: Task, cfg: Config):
         wpack = _pack_weight(sch, blk, kb)
     outer = parallel_fused(sch, [n, *g, k0, y0, x0])
     sch.reverse_compute_at(acc, outer)
+    if task.element.output != task.element.accumulate:  # rounded (bf16) as each tile is written back
+        sch.reverse_compute_inline(sch.get_sblock("conv_out"))
     sch.unroll(reg[0])
     vectorize_loop(sch, reg[1])
     decompose(sch, blk, mid[0])

@@ -20,6 +20,7 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import PREPACK, Relayout, Template, prim_func
 from .common import (
+    CPU_DTYPES,
     VECTOR_LANES,
     annotate_unroll,
     decompose,
@@ -66,6 +67,8 @@ def apply(task: Task, cfg: Config):
         _pack_weight(sch, blk, cb)
     outer = parallel_fused(sch, [n, c0, y0])
     sch.reverse_compute_at(acc, outer)
+    if task.element.output != task.element.accumulate:  # rounded (bf16) as each tile is written back
+        sch.reverse_compute_inline(sch.get_sblock("conv_out"))
     sch.unroll(reg[0])
     vectorize_loop(sch, reg[1])
     decompose(sch, blk, r)
@@ -124,5 +127,6 @@ def _pack_weight(sch, blk, cb: int) -> None:
     sch.parallel(co)
 
 
+# compatible_versions: the float32-only version (the same float32 space and schedules)
 DEPTHWISE_CPU = Template("depthwise_conv2d_cpu", "depthwise_conv2d", "llvm", define_space, apply, relayouts,
-                         preferences=preferences)
+                         preferences=preferences, dtypes=CPU_DTYPES, compatible_versions=("9ce2b6f3357c",))

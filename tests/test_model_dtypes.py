@@ -22,12 +22,16 @@ def _model(which: str) -> tuple[nn.Module, torch.Tensor]:
     if which == "conv":
         return nn.Sequential(nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1, bias=False),
                              nn.Conv2d(64, 32, 3, stride=2, padding=1)), torch.randn(1, 32, 12, 12)
+    if which == "mobile":  # an inverted residual's convolutions: expand, depthwise, project
+        return nn.Sequential(nn.Conv2d(32, 64, 1), nn.ReLU6(), nn.Conv2d(64, 64, 3, padding=1, groups=64),
+                             nn.ReLU6(), nn.Conv2d(64, 32, 1)), torch.randn(1, 32, 10, 10)
     return nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0), torch.randn(2, 16, 64)
 
 
 @pytest.mark.parametrize("which,ops", [
     ("mlp", ["dense", "dense"]),
     ("conv", ["conv2d", "conv2d", "conv2d"]),
+    ("mobile", ["conv2d", "depthwise_conv2d", "conv2d"]),
     ("encoder", ["dense", "dense", "dense", "dense"]),  # the in-projection a bmm by the expanded weight in torch
 ])
 def test_bf16_model_products_are_bf16_tasks_and_build_right(which, ops) -> None:

@@ -65,18 +65,22 @@ def _group_conv2d_check(p: Params) -> str | None:
 
 
 def _depthwise_compute(p: Params, dtype: str):
+    """Products summed in the dtype's accumulation type ("conv"), rounded in "conv_out" where it differs."""
     from tvm import te
-    data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), dtype, name="data")
-    weight = te.placeholder((p["C"], 1, p["R"], p["S"]), dtype, name="weight")
+    kind = element_type(dtype)
+    acc = kind.accumulate
+    data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), kind.storage, name="data")
+    weight = te.placeholder((p["C"], 1, p["R"], p["S"]), kind.storage, name="weight")
     padded = _pad(data, p["padding"])
     st = p["stride"]
     r = te.reduce_axis((0, p["R"]), name="r")
     s = te.reduce_axis((0, p["S"]), name="s")
     conv = te.compute(
         _depthwise_out(p),
-        lambda n, c, y, x: te.sum(padded[n, c, y * st + r, x * st + s] * weight[c, 0, r, s], axis=[r, s]),
+        lambda n, c, y, x: te.sum(in_type(padded[n, c, y * st + r, x * st + s], acc) * in_type(weight[c, 0, r, s], acc),
+                                  axis=[r, s]),
         name="conv")
-    return [data, weight, conv]
+    return [data, weight, output_of(conv, dtype, "conv_out")]
 
 
 def _depthwise_out(p: Params) -> tuple[int, ...]:
