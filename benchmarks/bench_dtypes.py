@@ -13,11 +13,17 @@ whether PyTorch's oneDNN may use AMX) decide what each side runs: the machine's 
 
     python benchmarks/bench_dtypes.py                     # tune 64 trials per task, time, store `dtypes`
     python benchmarks/bench_dtypes.py --trials 16 --rounds 3 --no-write
+    python benchmarks/bench_dtypes.py --without-amx       # as on a CPU without AMX: store `dtypes_without_amx`
+
+`--without-amx` takes AMX out of our target (its kernels take the AVX-512 VNNI and BF16 paths, or widen) and out of
+PyTorch's oneDNN (`ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`, set before torch loads): the picture on a CPU with
+AVX-512 VNNI and BF16 but no AMX (AMD Zen 4 and 5, Intel Cooper Lake), on this machine's cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -37,7 +43,7 @@ SHAPES = {  # name -> (op, shape)
 WORK = HERE / "work" / "dtypes"
 
 
-def _ours(op: str, shape: str, dtype: str, trials: int):
+def _ours(op: str, shape: str, dtype: str, trials: int, target: dict, work: Path):
     """The best tuned kernel of the task (tuned to `trials` first), as a callable on its inputs."""
     from autotune.kernel import compile_config
     from autotune.operators import check_output, random_inputs, reduction_size, reference_output
@@ -45,8 +51,8 @@ def _ours(op: str, shape: str, dtype: str, trials: int):
     from autotune.task import make_task
     from autotune.tune import tune
 
-    task = make_task(op, shape, dtype)
-    log = WORK / f"{op}-{dtype}.jsonl"
+    task = make_task(op, shape, dtype, target=target)
+    log = work / f"{op}-{dtype}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
     tune(task, trials=trials, tuner="xgb", log=log)
     best = best_record([r for r in load_records(log) if r.task == task])
@@ -115,7 +121,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--without-amx", action="store_true", help="neither our kernels nor PyTorch's use AMX")
     args = parser.parse_args()
+    if args.without_amx:
+        os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX512_CORE_BF16"
     reexec_clean(args.threads)
     import torch
 
@@ -123,12 +132,15 @@ def main() -> None:
     from autotune.target import cpu_features, cpu_name, parse_target
 
     target = parse_target("llvm")
+    work = WORK / "without_amx" if args.without_amx else WORK
+    if args.without_amx:
+        target = {**target, "mattr": [m for m in target.get("mattr", ()) if "amx" not in m]}
     have = sorted(f for f in cpu_features(target) if "vnni" in f or "bf16" in f or f.startswith("amx"))
     rows, ratios = [], {"bfloat16": [], "int8": []}
     for name, (op, shape) in SHAPES.items():
         variants = {}
         for dtype in ("float32", "bfloat16", "int8"):
-            task, fn, inputs = _ours(op, shape, dtype, args.trials)
+            task, fn, inputs = _ours(op, shape, dtype, args.trials, target, work)
             variants[("ours", dtype)] = fn
             if dtype != "float32":
                 for label, theirs in _torch(op, dtype, inputs, task.shape).items():
@@ -151,10 +163,13 @@ def main() -> None:
     body = ("# Narrow dtypes: bf16 and int8 GEMMs and conv2d against torch in the same type and our fp32 "
             "(`benchmarks/bench_dtypes.py`)\n\n"
             f"CPU {cpu_name(target)}; dot-product features: {', '.join(have) or 'none'}; {args.threads} threads; "
-            f"{args.trials} trials per task (xgb); median of {args.rounds} interleaved rounds.\n\n"
+            + ("AMX off for both sides (our target without it; oneDNN at AVX512_CORE_BF16); " if args.without_amx
+               else "")
+            + f"{args.trials} trials per task (xgb); median of {args.rounds} interleaved rounds.\n\n"
             "| shape | dtype | ours ms | ours G/s | torch ms | vs fastest torch | our fp32 ms | vs our fp32 |\n"
             "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
-    report("dtypes", body + f"\nGeometric means over the shapes:\n{means}", write=not args.no_write)
+    name = "dtypes_without_amx" if args.without_amx else "dtypes"
+    report(name, body + f"\nGeometric means over the shapes:\n{means}", write=not args.no_write)
 
 
 if __name__ == "__main__":
