@@ -13,6 +13,9 @@ accumulator, weight read in place.
 A grouped convolution (`group_conv2d`) is `groups` convolutions side by side: k is split into the group g and
 the channel within it, g joins the parallel loops, and the tiles of k and c are tiles of one group's channels,
 so a vector of output channels never spans two groups (their input channels differ).
+bf16 and int8 conv2d tasks on a CPU with AMX take the implicit-GEMM path of `conv2d_amx` (`conv_space` chooses);
+other narrow convolutions this schedule, with their inputs widened, sums in the accumulation type and the bf16
+rounding done as each tile is written back.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ registers; the accumulator is a per-thread local array written back after the re
 Knob `double_buffer`: the k0 loop is software-pipelined, the tiles of step k0 + 1 loading (with cp.async
 from sm_80 on) into a second pair of shared tiles while step k0 computes, as fast SGEMMs do. Double
 tiles over 48 KiB go to dynamic shared memory ("shared.dyn"), up to the arch's opt-in limit.
+float16 matmul and dense whose sizes are multiples of 16 take the tensor-core path instead (`cuda_gemm_tc`);
+other float16 tasks this schedule, with the inputs widened and the output rounded as each thread writes it.
 """
 
 from __future__ import annotations
