@@ -13,9 +13,9 @@ accumulator, weight read in place.
 A grouped convolution (`group_conv2d`) is `groups` convolutions side by side: k is split into the group g and
 the channel within it, g joins the parallel loops, and the tiles of k and c are tiles of one group's channels,
 so a vector of output channels never spans two groups (their input channels differ).
-bf16 and int8 conv2d tasks on a CPU with AMX take the implicit-GEMM path of `conv2d_amx` (`conv_space` chooses);
-other narrow convolutions this schedule, with their inputs widened, sums in the accumulation type and the bf16
-rounding done as each tile is written back.
+bf16 and int8 conv2d tasks on a CPU with AMX take the implicit-GEMM path of `conv2d_amx`, int8 ones on a CPU with
+AVX-512 VNNI only that of `conv2d_dot` (`conv_space` chooses); other narrow convolutions this schedule, with their
+inputs widened, sums in the accumulation type and the bf16 rounding done as each tile is written back.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import PREPACK, Relayout, Template, prim_func
 
-from . import conv2d_amx
+from . import conv2d_amx, conv2d_dot
 from .base import conv_groups, output_shape
 from .common import (
     CPU_DTYPES,
@@ -148,29 +148,39 @@ def _parallel_outer_loops(sch, block, count: int) -> None:
     parallel_fused(sch, sch.get_loops(block)[:count])
 
 
+def _path(task: Task):
+    """(instruction, module of its schedules) of a convolution's narrow path (`conv2d_amx`, else `conv2d_dot`:
+    `define_space`, `apply`, `preferences`, `relayouts`), or (None, None) for the fp32 schedules."""
+    for path in (conv2d_amx, conv2d_dot):
+        ins = path.instruction(task)
+        if ins is not None:
+            return ins, path
+    return None, None
+
+
 def conv_space(task: Task) -> ConfigSpace:
-    """The space of a convolution task: the AMX path's where it has one (`conv2d_amx.instruction`), else the fp32
-    schedules' (narrow inputs widened, summed in their accumulation type)."""
-    ins = conv2d_amx.instruction(task)
-    return conv2d_amx.define_space(task, ins) if ins else define_space(task)
+    """The space of a convolution task: its narrow path's where it has one, else the fp32 schedules' (narrow
+    inputs widened, summed in their accumulation type)."""
+    ins, path = _path(task)
+    return path.define_space(task, ins) if path else define_space(task)
 
 
 def conv_apply(task: Task, cfg: Config):
     """Schedule of one config, on the path `conv_space` chose."""
-    ins = conv2d_amx.instruction(task)
-    return conv2d_amx.apply(task, cfg, ins) if ins else apply(task, cfg)
+    ins, path = _path(task)
+    return path.apply(task, cfg, ins) if path else apply(task, cfg)
 
 
 def conv_relayouts(task: Task, cfg: Config) -> tuple[Relayout, ...]:
     """The weight's layout, on the path `conv_space` chose."""
-    ins = conv2d_amx.instruction(task)
-    return conv2d_amx.relayouts(task, ins, cfg) if ins else relayouts(task, cfg)
+    ins, path = _path(task)
+    return path.relayouts(task, ins, cfg) if path else relayouts(task, cfg)
 
 
 def conv_preferences(task: Task) -> dict[str, Any]:
     """The untuned config, on the path `conv_space` chose."""
-    ins = conv2d_amx.instruction(task)
-    return conv2d_amx.preferences(task, ins) if ins else preferences(task)
+    ins, path = _path(task)
+    return path.preferences(task, ins) if path else preferences(task)
 
 
 # compatible_versions: the fp32-only versions (the same fp32 spaces and schedules)

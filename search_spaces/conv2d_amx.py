@@ -74,12 +74,12 @@ class Geometry:
         return self.phase_grid ** 2
 
 
-def geometry(task: Task, ins: TileInstruction) -> Geometry:
-    """The task's implicit GEMM."""
+def geometry(task: Task, step: int) -> Geometry:
+    """The task's implicit GEMM, its channels padded to whole `step`s."""
     p = task.shape
     t, d = p["stride"], p["dilation"]
     wp = p["W"] + 2 * p["padding"]
-    channels = -(-p["C"] // ins.k_step) * ins.k_step
+    channels = -(-p["C"] // step) * step
     oh = output_shape(task)[2]
     if t == 1:
         return Geometry(1, 1, (p["R"], p["S"]), wp, oh * wp, (d * wp, d), channels)
@@ -90,7 +90,7 @@ def geometry(task: Task, ins: TileInstruction) -> Geometry:
 
 def define_space(task: Task, ins: TileInstruction) -> ConfigSpace:
     """Tiles of output channels and pixels (whole 32-blocks), channel chunks (whole k steps) and the mid order."""
-    step, geo = ins.k_step // ins.group, geometry(task, ins)
+    step, geo = ins.k_step // ins.group, geometry(task, ins.k_step)
     words = geo.phases * geo.channels // ins.group
     return ConfigSpace(knobs=(
         _blocks_knob("tile_k", task.shape["K"], ROWS),
@@ -108,7 +108,7 @@ def _blocks_knob(name: str, extent: int, block: int) -> Knob:
 
 def preferences(task: Task, ins: TileInstruction) -> dict[str, Any]:
     """Untuned config: one block per tile, all channels in one call unless its weight exceeds WEIGHT_BLOCK."""
-    geo = geometry(task, ins)
+    geo = geometry(task, ins.k_step)
     words = geo.phases * geo.channels // ins.group
     per_word = ROWS * geo.taps[0] * geo.taps[1] * ins.group * ins.element_bytes
     chunk = max(ins.k_step // ins.group, min(words, WEIGHT_BLOCK // per_word))
@@ -118,7 +118,7 @@ def preferences(task: Task, ins: TileInstruction) -> dict[str, Any]:
 def relayouts(task: Task, ins: TileInstruction, cfg: Config) -> tuple[Relayout, ...]:
     """The weight [K, C, R, S] arrives as [R', S', K', P C'], zero-padded: tap (r, s) at (r div t, s div t), its
     channels in phase (r mod t, s mod t)'s block."""
-    geo = geometry(task, ins)
+    geo = geometry(task, ins.k_step)
     t, grid, channels = geo.stride, geo.phase_grid, geo.channels
     shape = (*geo.taps, math.prod(cfg["tile_k"]), geo.phases * channels)
     return (Relayout(1, lambda k, c, r, s: (r // t, s // t, k, (r % t * grid + s % t) * channels + c), shape),)
@@ -128,7 +128,7 @@ def apply(task: Task, cfg: Config, ins: TileInstruction):
     """Build the schedule of one config (raises on an illegal one)."""
     from tvm import s_tir
 
-    p, geo = task.shape, geometry(task, ins)
+    p, geo = task.shape, geometry(task, ins.k_step)
     kp, mp = math.prod(cfg["tile_k"]), math.prod(cfg["tile_m"])
     if cfg["tile_k"][-1] != ROWS or cfg["tile_m"][-1] != COLS or kp < p["K"] or mp < geo.pixels:
         raise RuntimeError(f"tiles {cfg['tile_k']} x {cfg['tile_m']} are not 32-blocks covering "
@@ -171,7 +171,7 @@ def _conv_func(task: Task, ins: TileInstruction, kp: int, mp: int):
     Cached: configs that differ in their schedule only share it."""
     from tvm import te, tirx
 
-    p, kind, g, geo = task.shape, task.element, ins.group, geometry(task, ins)
+    p, kind, g, geo = task.shape, task.element, ins.group, geometry(task, ins.k_step)
     (taps_r, taps_s), (step_r, step_s), wq = geo.taps, geo.tap_step, geo.width
     pad, height, width, t, grid = p["padding"], p["H"], p["W"], geo.stride, geo.phase_grid
     rows = -(-(mp + (taps_r - 1) * step_r + (taps_s - 1) * step_s) // wq)  # of D: every tap of every block

@@ -6,8 +6,8 @@ Same loop structure as the fp32 path (parallel i0 x j0 tiles, k0 cache blocking,
 i2 x j2 with j2 whole instructions of 16 lanes), but k is split into K/group x group and each 16 lanes x group
 step of the register tile is one instruction (tensorized). B is packed [N/j2, K/group, j2, group]: for dense a
 layer's weight, packed once ahead ("pre", `Relayout`); for matmul in the kernel, all up front ("root") or one outer
-tile's panel at a time ("tile"), one shuffle per packed row (`pack_intrinsics`). N is padded with zero columns to whole register tiles, M to whole register rows
-(the rows past M copy A's last row, in a block "A_in").
+tile's panel at a time ("tile"), one shuffle per packed row (`pack_intrinsics`). N is padded with zero columns to
+whole register tiles, M to whole register rows (the rows past M copy A's last row, in a block "A_in").
 
 int8 x int8: VNNI multiplies unsigned by signed bytes, so A is shifted by 128 into uint8 ("A_in") and 128 times
 each column sum of B ("B_sum", itself summed with the instruction) is taken off the sums when they are written

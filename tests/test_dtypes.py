@@ -67,11 +67,11 @@ def test_references_and_tolerances_catch_a_wrong_kernel() -> None:
 
 def _instruction(task):
     """The instruction the task's template uses (None: inputs widened)."""
-    from search_spaces import conv2d_amx
+    from search_spaces.conv2d import _path
     from search_spaces.gemm_dot import instruction
     from search_spaces.matmul import GEMMS
 
-    return conv2d_amx.instruction(task) if task.op == "conv2d" else instruction(GEMMS[task.op], task)
+    return _path(task)[0] if task.op == "conv2d" else instruction(GEMMS[task.op], task)
 
 
 def _check_configs(task, n: int, feature: str | None) -> None:
@@ -107,6 +107,8 @@ INSTRUCTION_CASES = [  # (a target without AMX where the host may have it)
     ("conv2d", "N=2,C=64,H=15,W=13,K=48,R=3,S=3,stride=2,padding=1", "int8", "amx-int8", HOST),  # 4 phases
     ("conv2d", "C=32,H=11,W=11,K=32,R=5,S=5,stride=2,padding=2", "bfloat16", "amx-bf16", HOST),
     ("conv2d", "C=64,H=14,W=14,K=64,R=1,S=1,stride=2", "bfloat16", "amx-bf16", HOST),  # one phase
+    ("conv2d", "N=2,C=60,H=9,W=11,K=48,R=3,S=3,stride=2,padding=1", "int8", "avx512vnni", COOPERLAKE),
+    ("conv2d", "C=32,H=10,W=7,K=32,R=1,S=1", "int8", "avx512vnni", COOPERLAKE),
 ]
 
 
