@@ -165,21 +165,15 @@ def apply(task: Task, cfg: Config, ins: TileInstruction):
     return sch
 
 
-@functools.lru_cache(maxsize=64)
-def _conv_func(task: Task, ins: TileInstruction, kp: int, mp: int):
-    """D (the input as words), C_acc [N, kp, mp] = the implicit GEMM, and out [N, K, OH, OW] read from it.
-    Cached: configs that differ in their schedule only share it."""
+def phase_element(task: Task, geo: Geometry, data):
+    """(n, channel, f) -> the value D holds for `channel` (of all phases: P C') at pixel f of its phase: the
+    zero-padded input `data` there, zero past C."""
     from tvm import te, tirx
 
-    p, kind, g, geo = task.shape, task.element, ins.group, geometry(task, ins.k_step)
-    (taps_r, taps_s), (step_r, step_s), wq = geo.taps, geo.tap_step, geo.width
-    pad, height, width, t, grid = p["padding"], p["H"], p["W"], geo.stride, geo.phase_grid
-    rows = -(-(mp + (taps_r - 1) * step_r + (taps_s - 1) * step_s) // wq)  # of D: every tap of every block
-    words = geo.phases * geo.channels // g
-    data = te.placeholder((p["N"], p["C"], height, width), kind.storage, name="data")
-    weight = te.placeholder((taps_r, taps_s, kp, geo.phases * geo.channels), kind.storage, name="weight")
+    p = task.shape
+    pad, height, width, t, grid, wq = p["padding"], p["H"], p["W"], geo.stride, geo.phase_grid, geo.width
 
-    def element(n, channel, f):  # channel of all phases, pixel f of the phase: the padded image, zero past C
+    def element(n, channel, f):
         phase, c = channel // geo.channels, channel % geo.channels
         y = f // wq * t + phase // grid - pad  # the input pixel, in the unpadded image
         x = f % wq * t + phase % grid - pad
@@ -187,8 +181,25 @@ def _conv_func(task: Task, ins: TileInstruction, kp: int, mp: int):
         if geo.channels != p["C"]:
             inside.append(c < p["C"])
         index = (n, c if geo.channels == p["C"] else te.min(c, p["C"] - 1), y, x)
-        return tirx.if_then_else(tirx.all(*inside), data[index], tirx.const(0, kind.storage))
+        return tirx.if_then_else(tirx.all(*inside), data[index], tirx.const(0, data.dtype))
 
+    return element
+
+
+@functools.lru_cache(maxsize=64)
+def _conv_func(task: Task, ins: TileInstruction, kp: int, mp: int):
+    """D (the input as words), C_acc [N, kp, mp] = the implicit GEMM, and out [N, K, OH, OW] read from it.
+    Cached: configs that differ in their schedule only share it."""
+    from tvm import te
+
+    p, kind, g, geo = task.shape, task.element, ins.group, geometry(task, ins.k_step)
+    (taps_r, taps_s), (step_r, step_s), wq = geo.taps, geo.tap_step, geo.width
+    rows = -(-(mp + (taps_r - 1) * step_r + (taps_s - 1) * step_s) // wq)  # of D: every tap of every block
+    words = geo.phases * geo.channels // g
+    data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), kind.storage, name="data")
+    weight = te.placeholder((taps_r, taps_s, kp, geo.phases * geo.channels), kind.storage, name="weight")
+
+    element = phase_element(task, geo, data)
     d = te.compute((p["N"], words, rows * wq),
                    lambda n, c, f: pack_word([element(n, c * g + i, f) for i in range(g)], ins), name="D")
     r = te.reduce_axis((0, taps_r), name="r")

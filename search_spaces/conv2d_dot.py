@@ -25,8 +25,8 @@ from autotune.task import Task
 from autotune.templates import Relayout
 
 from .base import output_shape
-from .common import pads_little, parallel_fused, register_budget, split, tile_knob, unroll_knob, annotate_unroll
-from .conv2d_amx import geometry
+from .common import annotate_unroll, pads_little, parallel_fused, register_budget, split, tile_knob, unroll_knob
+from .conv2d_amx import geometry, phase_element
 from .dot_intrinsics import LANES, DotInstruction, dot_instruction, operand_value
 
 REG_ROWS = 14  # register-tile pixels (m2) at most
@@ -114,29 +114,19 @@ def apply(task: Task, cfg: Config, ins: DotInstruction):
 def _conv_func(task: Task, ins: DotInstruction, kp: int, mp: int):
     """D (the input shifted into uint8), W_sum, C_acc [N, kp/16, mp, 16] and out [N, K, OH, OW] read from it less
     128 W_sum. Cached: configs that differ in their schedule only share it."""
-    from tvm import te, tirx
+    from tvm import te
 
     p, kind, g, geo = task.shape, task.element, ins.group, geometry(task, ins.group)
     (taps_r, taps_s), (step_r, step_s), wq = geo.taps, geo.tap_step, geo.width
-    pad, height, width, t, grid = p["padding"], p["H"], p["W"], geo.stride, geo.phase_grid
     rows = -(-(mp + (taps_r - 1) * step_r + (taps_s - 1) * step_s) // wq)
     groups, acc = geo.phases * geo.channels // g, kind.accumulate
-    data = te.placeholder((p["N"], p["C"], height, width), kind.storage, name="data")
+    data = te.placeholder((p["N"], p["C"], p["H"], p["W"]), kind.storage, name="data")
     weight = te.placeholder((taps_r, taps_s, kp // LANES, groups, LANES, g), kind.storage, name="weight")
 
-    def element(n, cg, f, gl):  # the padded image, zero past C, shifted by 128
-        channel = cg * g + gl
-        phase, c = channel // geo.channels, channel % geo.channels
-        y = f // wq * t + phase // grid - pad
-        x = f % wq * t + phase % grid - pad
-        inside = [y >= 0, y < height, x >= 0, x < width]
-        if geo.channels != p["C"]:
-            inside.append(c < p["C"])
-        index = (n, c if geo.channels == p["C"] else te.min(c, p["C"] - 1), y, x)
-        value = tirx.if_then_else(tirx.all(*inside), data[index], tirx.const(0, kind.storage))
-        return (value.astype("int32") + 128).astype(ins.a_type)
-
-    d = te.compute((p["N"], groups, rows * wq, g), element, name="D")
+    element = phase_element(task, geo, data)
+    d = te.compute((p["N"], groups, rows * wq, g),  # shifted by 128
+                   lambda n, cg, f, gl: (element(n, cg * g + gl, f).astype("int32") + 128).astype(ins.a_type),
+                   name="D")
     wr = te.reduce_axis((0, taps_r), name="wr")
     ws = te.reduce_axis((0, taps_s), name="ws")
     wc = te.reduce_axis((0, groups), name="wc")
