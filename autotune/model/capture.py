@@ -321,6 +321,11 @@ def import_program(program: Any, example: Sequence[Any], name: str, decomposed: 
     """
     from tvm.relax.frontend.torch import from_exported_program
 
+    quantized = sorted({str(n.target) for n in program.graph.nodes
+                        if n.op == "call_function" and str(n.target).startswith("quantized_decomposed.")})
+    if quantized:  # PyTorch's quantization (PT2E): computing it in float32 instead would not be what was asked
+        raise ImportFailed(f"{name} is a quantized model ({', '.join(quantized)}): autotune does not build "
+                           "int8 models from PyTorch's quantization yet")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
