@@ -216,6 +216,18 @@ def pack_word(values, ins: TileInstruction):
     return word
 
 
+def _tap_head(axis: str, entry: str, a: str, b: str, a_out: str, b_out: str, body: str) -> str:
+    """The head of the loop over taps along `axis` ("r" or "s", strides %a<axis> and %b<axis> bytes): A's and B's
+    pointers `a`, `b` moved to the tap, as `a_out`, `b_out`."""
+    return f"""{axis}loop:
+  %{axis} = phi i64 [0, %{entry}], [%{axis}n, %{axis}next]
+  %a{axis}o = mul i64 %{axis}, %a{axis}
+  %b{axis}o = mul i64 %{axis}, %b{axis}
+  %{a_out} = getelementptr i8, ptr %{a}, i64 %a{axis}o
+  %{b_out} = getelementptr i8, ptr %{b}, i64 %b{axis}o
+  br label %{body}"""
+
+
 def _llvm(ins: TileInstruction) -> str:
     """The block function: C[32, 32] (rows ldc bytes apart) += sum over R x S taps of A_t[32, kc] B_t, tap (r, s)
     at a + r a_r + s a_s and b + r b_r + s b_s (strides in bytes); A rows lda bytes apart; B in rows of one k group
@@ -271,20 +283,8 @@ cfg:                                    ; palette 1; tiles 0-7: 16 rows of 64 by
   %a16 = mul i64 %lda, 16
   %b16 = mul i64 %ldb, 16
   br label %rloop
-rloop:
-  %r = phi i64 [0, %cfg], [%rn, %rnext]
-  %aro = mul i64 %r, %ar
-  %bro = mul i64 %r, %br
-  %ar0 = getelementptr i8, ptr %a, i64 %aro
-  %br0 = getelementptr i8, ptr %b, i64 %bro
-  br label %sloop
-sloop:
-  %s = phi i64 [0, %rloop], [%sn, %snext]
-  %aso = mul i64 %s, %as
-  %bso = mul i64 %s, %bs
-  %at = getelementptr i8, ptr %ar0, i64 %aso
-  %bt = getelementptr i8, ptr %br0, i64 %bso
-  br label %kloop
+{_tap_head("r", "cfg", "a", "b", "ar0", "br0", "sloop")}
+{_tap_head("s", "rloop", "ar0", "br0", "at", "bt", "kloop")}
 kloop:                                  ; one k step: 64 bytes of A's rows, 16 rows of B
   %k = phi i64 [0, %sloop], [%kn, %kloop]
   %ao = mul i64 %k, 64
