@@ -5,11 +5,16 @@ For ResNet-18, a TransformerEncoderLayer (d_model 768, seq 128) and a MobileNetV
 extract the tasks, tune them in one budget per model (resumes the logs), build twice, check
 both builds against PyTorch and time all of them in one process. Stores the table as the result
 `models` (or the one `--section` names). `--dtype bfloat16` runs the models and PyTorch in bf16 (their
-products are then bf16 tasks; outputs are checked within a few bf16 steps).
+products are then bf16 tasks; outputs are checked within a few bf16 steps). `--dtype int8` quantizes each model
+with PyTorch's PT2E flow (torchao's X86InductorQuantizer, calibrated on 4 random inputs): its convolutions and linear
+layers are int8 tasks, outputs are checked against the quantized model's reference (eager), and PyTorch's int8
+runtime is Inductor with freezing (oneDNN's quantized kernels): "PyTorch ms" is then that eager reference, which
+computes in float32, and `--inductor` times the int8 kernels.
 
     python benchmarks/bench_model.py --trials 400              # tune (resumable) + compare
     python benchmarks/bench_model.py --trials 400 --no-tune    # compare only, from existing logs
     python benchmarks/bench_model.py --models transformer_layer --dtype bfloat16 --inductor --section models_bf16
+    python benchmarks/bench_model.py --models resnet18 --dtype int8 --inductor --section models_int8
 """
 
 from __future__ import annotations
@@ -48,9 +53,7 @@ def bench_one(name: str, factory, trials: int, logs_dir: str, tune: bool, thread
 
     from autotune.model import build_model, capture, extract_tasks, tune_model
 
-    model, inputs = factory()
-    if dtype != "float32":
-        model, inputs = model.to(getattr(torch, dtype)), tuple(x.to(getattr(torch, dtype)) for x in inputs)
+    model, inputs = in_dtype(*factory(), dtype)
     captured = capture(model, inputs)
     tasks = extract_tasks(captured)
     total = sum(t.flops * w for t, w in tasks)
@@ -68,13 +71,18 @@ def bench_one(name: str, factory, trials: int, logs_dir: str, tune: bool, thread
     print(tuned.report.summary(), file=sys.stderr)
     with torch.no_grad():
         ref = model(*inputs).float().numpy()
-    tol = 1e-3 if dtype == "float32" else 8 * 2.0 ** -8 * float(np.abs(ref).max())  # a few bf16 roundings
+    # float32: 1e-3; bf16: a few bf16 roundings; int8: an activation's rounding that falls the other way (the
+    # reference sums in float32) moves the output by a few of its quantization steps
+    tol = {"float32": 1e-3, "int8": 0.02}.get(dtype, 8 * 2.0 ** -8) * (1.0 if dtype == "float32" else
+                                                                      float(np.abs(ref).max()))
     errs = []
     for built in (tuned, default):
         out = np.asarray(built(*inputs)).astype(np.float32)
         np.testing.assert_allclose(out, ref, rtol=1e-3, atol=tol)
         errs.append(float(np.abs(out - ref).max()))
     torch.set_num_threads(threads)
+    if dtype == "int8":  # PyTorch's int8 runtime for a PT2E model: Inductor with the weights frozen
+        torch._inductor.config.freezing = True
     compiled = torch.compile(model) if inductor else None
     with torch.no_grad():
         if compiled is not None:
@@ -92,6 +100,33 @@ def bench_one(name: str, factory, trials: int, logs_dir: str, tune: bool, thread
     return row, lines
 
 
+def in_dtype(model, inputs, dtype: str):
+    """(model, inputs) in `dtype`: float32 as they are, bf16 cast, int8 quantized (`quantized_pt2e`)."""
+    import torch
+
+    if dtype == "int8":
+        return quantized_pt2e(model, inputs), inputs
+    if dtype != "float32":
+        return model.to(getattr(torch, dtype)), tuple(x.to(getattr(torch, dtype)) for x in inputs)
+    return model, inputs
+
+
+def quantized_pt2e(model, inputs, calibration: int = 4):
+    """`model` quantized to int8 by PyTorch's PT2E flow (torchao's X86InductorQuantizer, default config), calibrated
+    on `calibration` random inputs like `inputs` (seeded)."""
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(calibration):
+            prepared(*(torch.randn(x.shape, generator=generator) for x in inputs))
+    return convert_pt2e(prepared)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=400, help="total trials per model (the log's count)")
@@ -101,7 +136,8 @@ def main() -> None:
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
     ap.add_argument("--section", default="models", help="result name (benchmarks/results/NAME/)")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the models' and PyTorch's")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "int8"),
+                    help="the models' and PyTorch's (int8: PT2E, see above)")
     ap.add_argument("--inductor", action="store_true", help="also time torch.compile's default backend (Inductor)")
     args = ap.parse_args()
     reexec_clean(args.threads)

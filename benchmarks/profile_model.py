@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import reexec_clean
-from bench_model import median_ms
+from bench_model import in_dtype, median_ms
 
 EVICT_BYTES = 256 << 20
 
@@ -79,11 +79,11 @@ def main() -> None:
     ap.add_argument("--log", required=True)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the model's")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "int8"),
+                    help="the model's (int8: quantized as bench_model.py does)")
     args = ap.parse_args()
     reexec_clean(args.threads)
     warnings.simplefilter("ignore")
-    import torch
     from models import MODELS  # benchmarks/models.py
 
     from autotune import load_records
@@ -93,9 +93,7 @@ def main() -> None:
     from autotune.target import to_tvm_target, use_target_threads
     from tvm import tirx
 
-    model, inputs = MODELS[args.model]()
-    if args.dtype != "float32":
-        model, inputs = model.to(getattr(torch, args.dtype)), tuple(x.to(getattr(torch, args.dtype)) for x in inputs)
+    model, inputs = in_dtype(*MODELS[args.model](), args.dtype)
     captured = capture(model, inputs)
     target = resolve_target("llvm")
     use_target_threads(target)

@@ -62,7 +62,8 @@ def _scheduled(width: int, lanes: int = 16):
     return func, how
 
 
-@pytest.mark.parametrize("width, vectorised", [(3199, True), (64, True), (40, True), (19, False), (13, True)])
+@pytest.mark.parametrize("width, vectorised", [(3199, True), (64, True), (40, True), (30, True), (19, True), (13, True),
+                                               (1, False)])
 def test_odd_widths_get_whole_vectors_and_a_scalar_tail(width, vectorised):
     import tvm
 

@@ -77,23 +77,3 @@ def test_the_torch_compile_backend_runs_a_bf16_model() -> None:
     assert not [w for w in record if issubclass(w.category, tb.AutotuneFallbackWarning)]
     assert out.dtype == torch.bfloat16 and tb.STATS.builds == 1
     assert float((out.float() - ref.float()).abs().max()) <= 8 * BF16_STEP * float(ref.float().abs().max())
-
-
-def test_a_quantized_model_is_refused_with_the_reason() -> None:
-    import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers the quantized_decomposed ops
-
-    from autotune.model.capture import ImportFailed
-
-    class Quantized(nn.Module):  # what PyTorch's PT2E quantization leaves around a layer
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(16, 8)
-
-        def forward(self, x):
-            q = torch.ops.quantized_decomposed.quantize_per_tensor(x, 0.05, 128, 0, 255, torch.uint8)
-            return self.fc(torch.ops.quantized_decomposed.dequantize_per_tensor(q, 0.05, 128, 0, 255, torch.uint8))
-
-    with pytest.raises(ImportFailed, match=r"^Quantized is a quantized model \(quantized_decomposed\.dequantize_per_"
-                                           r"tensor\.default, quantized_decomposed\.quantize_per_tensor\.default\): "
-                                           r"autotune does not build int8 models from PyTorch's quantization yet$"):
-        capture(Quantized().eval(), (torch.randn(4, 16),))

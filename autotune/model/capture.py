@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AutotuneError
+from . import quantized
 from .bool_ops import compute_bools_as_int8
 from .fold import fold_batch_norms
 
@@ -227,6 +228,7 @@ def load_program(path: str | Path, allow_pickle: bool = False) -> Any:
         if unsafe is not None:
             raise AutotuneError(f"{path} holds {unsafe}, which runs code when loaded; if you trust the file, "
                                 f"load it with {PICKLE_FLAG}")
+    quantized.register_ops()  # a quantized program's ops
     quiet = logging.getLogger("torch.export")  # it logs a traceback before trying the older format
     was, quiet.disabled = quiet.disabled, True
     try:
@@ -282,10 +284,19 @@ def export_program(model: Any, inputs: Sequence[Any] | None = None,
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            program = torch.export.export(model.eval(), example)
+            program = torch.export.export(evaluating(model), example)
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
             raise ExportFailed(f"torch.export failed for {name}: {_why(err)}") from None
     return program, example, name
+
+
+def evaluating(model: Any) -> Any:
+    """The module in eval mode. A module made by torch.export (a model PT2E converted) refuses `eval()`; it runs as
+    it was exported."""
+    try:
+        return model.eval()
+    except NotImplementedError:
+        return model
 
 
 def example_tensors(inputs: Any, name: str) -> tuple:
@@ -321,15 +332,14 @@ def import_program(program: Any, example: Sequence[Any], name: str, decomposed: 
     """
     from tvm.relax.frontend.torch import from_exported_program
 
-    quantized = sorted({str(n.target) for n in program.graph.nodes
-                        if n.op == "call_function" and str(n.target).startswith("quantized_decomposed.")})
-    if quantized:  # PyTorch's quantization (PT2E): computing it in float32 instead would not be what was asked
-        raise ImportFailed(f"{name} is a quantized model ({', '.join(quantized)}): autotune does not build "
-                           "int8 models from PyTorch's quantization yet")
+    converters = quantized.convert_map(program) if quantized.is_quantized(program) else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=not decomposed)
+            mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=not decomposed,
+                                        custom_convert_map=converters)
+        except quantized.Unsupported as err:
+            raise ImportFailed(f"{name} is quantized (PT2E), and autotune cannot compute {err} in int8") from None
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
             raise ImportFailed(f"TVM cannot import {name}: {_why(err)}") from None
     mod = compute_bools_as_int8(fold_batch_norms(mod))

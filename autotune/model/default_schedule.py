@@ -151,10 +151,10 @@ def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
         width = _vector_width(inner, lanes)
         if width == inner > 1:
             vector_loop = spatial.pop()
+        elif tail and 2 * width < lanes and inner > lanes and len(spatial) > 1:
+            tail_loop = spatial.pop()  # an odd width (30 = 2 x 15): whole vectors, then a scalar tail
         elif width > 1:
             spatial[-1], vector_loop = sch.split(spatial[-1], factors=[None, width])
-        elif tail and inner > lanes and len(spatial) > 1:  # an odd width: whole vectors, then a scalar tail
-            tail_loop = spatial.pop()
     outer = [lp for lp in spatial if lp is not None]
     work = math.prod(extents)
     if outer and work >= MIN_PARALLEL_WORK:
@@ -171,9 +171,9 @@ def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
 def vectorize_with_tail(sch: Any, loop: Any, lanes: int) -> bool:
     """Vectorise a loop whose extent is not a multiple of `lanes`: it is partitioned into whole vectors (split and
     vectorised) and a scalar tail loop of its own, so no vector runs under a predicate (TVM would scalarise it).
-    False when the loop is too short or not partitionable."""
+    False when the loop is not longer than one vector or not partitionable."""
     extent = _extent(sch, loop)
-    if extent is None or extent < 2 * lanes:
+    if extent is None or extent <= lanes:
         return False
     main = extent // lanes * lanes
     try:

@@ -119,7 +119,8 @@ def _inline_intermediates(sch: Any) -> None:
 
 def narrowed_copy(func: Any) -> Any | None:
     """`func` with int32 shapes and indices (as te.create_prim_func writes the kernels'), or None where that is not
-    safe: a scalar (0-d) or integer buffer, a symbolic shape, 2**31 elements or more, or the pass refuses."""
+    safe: a scalar (0-d) or 64-bit integer buffer (the pass would narrow its values too), a symbolic shape, 2**31
+    elements or more, or the pass refuses."""
     import math
 
     import tvm
@@ -129,7 +130,8 @@ def narrowed_copy(func: Any) -> Any | None:
         shapes = [[int(d) for d in p.shape] for p in func.params]
     except TypeError:  # a symbolic dimension
         return None
-    if any(not s or math.prod(s) > MAX_INT32 for s in shapes) or any("int" in str(p.dtype) for p in func.params):
+    wide = any(str(p.dtype) in ("int64", "uint64") for p in func.params)
+    if wide or any(not s or math.prod(s) > MAX_INT32 for s in shapes):
         return None
     try:
         return tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]

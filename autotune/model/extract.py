@@ -23,7 +23,8 @@ attributes (strides, padding, dilation, groups, layouts) are explicit:
   R.matmul [b.., M, K] @ [b.., K, N]            -> batch_matmul (B = product of batch dims)
 Anything else of these ops is left to TVM, with the reason recorded.
 A model in bf16 computes each product as a cast to bf16 of the product summed in float32 (`aten_fixes`): the cast
-is the site, and its task is the product's in bfloat16 (`product_call`).
+is the site, and its task is the product's in bfloat16 (`product_call`). A quantized model's products are int8 by
+int8 summed in int32 (`quantized`): int8 tasks.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 from ..errors import AutotuneError
 from ..task import Task, make_task
 from ..templates import resolve
-from .capture import Captured, ExportFailed, ImportFailed, capture
+from .capture import Captured, ExportFailed, ImportFailed, capture, evaluating
 from .default_schedule import default_candidates
 
 
@@ -105,19 +106,30 @@ def _dtype(expr: Any) -> str:
 FLOATS = ("float32", "bfloat16", "float16")  # input types of a product summed in float32 (`product_call`)
 
 
-def _not_float(call: Any) -> str | None:
-    """Why a product's types are not those of a task (inputs of one float type, sums in float32), or None."""
+def _product_type(call: Any) -> str | None:
+    """The type of the task a product's operand and result types make, or None: a float type of FLOATS summed in
+    float32; int8 by int8 summed in int32 (a quantized model's product: `quantized`)."""
     types = {_dtype(call.args[0]), _dtype(call.args[1])}
     out = str(getattr(call.attrs, "out_dtype", "") or "")
-    if len(types) != 1 or not types <= set(FLOATS) or out not in ("", "void", "float32"):
-        return f"dtype {'/'.join(sorted(types))} (only float32 and bfloat16)"
+    kind = types.pop() if len(types) == 1 else None
+    if kind in FLOATS and out in ("", "void", "float32"):
+        return kind
+    return "int8" if kind == "int8" and out == "int32" else None
+
+
+def _not_float(call: Any) -> str | None:
+    """Why a product's types are not those of a task (`_product_type`), or None."""
+    if _product_type(call) is None:
+        types = sorted({_dtype(call.args[0]), _dtype(call.args[1])})
+        return f"dtype {'/'.join(types)} (only float32, bfloat16, float16, and int8 summed in int32)"
     return None
 
 
 def product_call(call: Any, lookup: Callable[[Any], Any]) -> tuple[Any, str]:
-    """(the product call `call` stands for, the dtype of its task): `call` itself, float32; a cast to bf16 (fp16) of
-    a product of bf16 (fp16) tensors summed in float32 (how a model in that type computes one: `aten_fixes`) stands
-    for that product, in that type; such a product itself stands for nothing, (None, ""): its cast is the site."""
+    """(the product call `call` stands for, the dtype of its task): `call` itself, float32 (int8 for int8 operands
+    summed in int32); a cast to bf16 (fp16) of a product of bf16 (fp16) tensors summed in float32 (how a model in
+    that type computes one: `aten_fixes`) stands for that product, in that type; such a product itself stands for
+    nothing, (None, ""): its cast is the site."""
     from tvm import relax
 
     name = getattr(call.op, "name", "")
@@ -126,9 +138,11 @@ def product_call(call: Any, lookup: Callable[[Any], Any]) -> tuple[Any, str]:
         inner = lookup(arg) if isinstance(arg, relax.Var) else arg
         cast = str(call.attrs.dtype)
         if isinstance(inner, relax.Call) and getattr(inner.op, "name", "") in SITES and cast != "float32" \
-                and _not_float(inner) is None and _dtype(inner.args[0]) == cast:
+                and _product_type(inner) == cast:
             return inner, cast
-    elif name in SITES and _not_float(call) is None and _dtype(call.args[0]) != "float32":
+    elif name in SITES and _product_type(call) == "int8":
+        return call, "int8"
+    elif name in SITES and _product_type(call) not in (None, "float32"):
         return None, ""
     return call, "float32"
 
@@ -598,7 +612,7 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
 
         return run
 
-    compiled = torch.compile(model.eval(), backend=backend)
+    compiled = torch.compile(evaluating(model), backend=backend)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

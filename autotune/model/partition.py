@@ -44,10 +44,13 @@ _UNINITIALISED = {"empty", "empty_like", "new_empty", "empty_strided", "new_empt
 
 @functools.lru_cache(maxsize=1)
 def importable_ops() -> frozenset[str]:
-    """Names of the ATen ops TVM's ExportedProgram importer converts (`add.Tensor`, ...)."""
+    """Names of the ops an exported program's import converts (`add.Tensor`, ...): TVM's importer's, and PT2E's
+    quantize / dequantize ops (`quantized`)."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-    return frozenset(ExportedProgramImporter().create_convert_map())
+    from .quantized import OPS
+
+    return frozenset(ExportedProgramImporter().create_convert_map()) | OPS
 
 
 def unimportable(program: Any) -> list[torch.fx.Node]:
