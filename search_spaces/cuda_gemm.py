@@ -8,8 +8,9 @@ registers; the accumulator is a per-thread local array written back after the re
 Knob `double_buffer`: the k0 loop is software-pipelined, the tiles of step k0 + 1 loading (with cp.async
 from sm_80 on) into a second pair of shared tiles while step k0 computes, as fast SGEMMs do. Double
 tiles over 48 KiB go to dynamic shared memory ("shared.dyn"), up to the arch's opt-in limit.
-float16 matmul and dense whose sizes are multiples of 16 take the tensor-core path instead (`cuda_gemm_tc`);
-other float16 tasks this schedule, with the inputs widened and the output rounded as each thread writes it.
+float16 and bfloat16 matmul and dense whose sizes are multiples of 16 take the tensor-core path instead
+(`cuda_gemm_tc`); other such tasks this schedule, with the inputs widened and the output rounded as each thread
+writes it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from autotune.space import Config, ConfigSpace, choice_knob
 from autotune.task import Task
 from autotune.templates import Template
 
-from . import cuda_gemm_tc
+from . import cuda_gemm_tc, wmma_intrinsics
 from .base import gemm_schedule
 from .cuda_common import (
     FLOAT_BYTES,
@@ -119,14 +120,15 @@ _GEMMS = {"matmul": MATMUL, "dense": DENSE, "batch_matmul": BATCH_MATMUL}
 
 
 def _tensor_cores(task: Task) -> bool:
-    """Whether the task takes the tensor-core path (`cuda_gemm_tc`): float16, M, N and K multiples of 16."""
+    """Whether the task takes the tensor-core path (`cuda_gemm_tc`): float16 or bfloat16, M, N and K multiples of
+    16."""
     gemm = _GEMMS[task.op]
-    return task.dtype == "float16" and gemm.batch is None and cuda_gemm_tc.tiles(task, gemm) is not None
+    return task.dtype in wmma_intrinsics.OPERANDS and gemm.batch is None and cuda_gemm_tc.tiles(task, gemm) is not None
 
 
 def gemm_space(task: Task) -> ConfigSpace:
-    """Space of a GEMM-family task (the operator comes from the task): the tensor-core path's for float16 where it
-    applies, else the one below (float16 inputs widened)."""
+    """Space of a GEMM-family task (the operator comes from the task): the tensor-core path's for float16 and
+    bfloat16 where it applies, else the one below (narrow inputs widened)."""
     gemm = _GEMMS[task.op]
     return cuda_gemm_tc.define_space(gemm, task) if _tensor_cores(task) else define_gemm_space(gemm, task)
 
@@ -152,11 +154,14 @@ def preferences(task: Task) -> dict[str, Any]:
             "auto_unroll": 512, "unroll_explicit": True}
 
 
-GPU_DTYPES = ("float32", "float16")  # float16: tensor cores (`cuda_gemm_tc`)
-# compatible_versions: the float32-only versions (the same float32 spaces and schedules)
+GPU_DTYPES = ("float32", "float16", "bfloat16")  # float16, bfloat16: tensor cores (`cuda_gemm_tc`)
+# compatible_versions: the float32-only versions, and the float32 + float16 ones (the same float32 and float16
+# spaces and schedules)
 MATMUL_CUDA = Template("matmul_cuda", "matmul", "cuda", gemm_space, gemm_apply, preferences=preferences,
-                       kernel_resources=kernel_resources, dtypes=GPU_DTYPES, compatible_versions=("a1cf8fe55c0a",))
+                       kernel_resources=kernel_resources, dtypes=GPU_DTYPES,
+                       compatible_versions=("a1cf8fe55c0a", "75e7546b67a6"))
 DENSE_CUDA = Template("dense_cuda", "dense", "cuda", gemm_space, gemm_apply, preferences=preferences,
-                      kernel_resources=kernel_resources, dtypes=GPU_DTYPES, compatible_versions=("eb53327f29d1",))
+                      kernel_resources=kernel_resources, dtypes=GPU_DTYPES,
+                      compatible_versions=("eb53327f29d1", "48af6aab660b"))
 BATCH_MATMUL_CUDA = Template("batch_matmul_cuda", "batch_matmul", "cuda", gemm_space, gemm_apply,
                              preferences=preferences, kernel_resources=kernel_resources)

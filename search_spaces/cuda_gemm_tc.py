@@ -1,6 +1,6 @@
-"""CUDA tensor-core path of the matmul and dense templates: float16 inputs, float32 sums, float16 output, through
-WMMA 16 x 16 x 16 fragment products (`wmma_intrinsics`); `cuda_gemm` chooses it for float16 tasks whose M, N and
-K are multiples of 16.
+"""CUDA tensor-core path of the matmul and dense templates: float16 (bfloat16) inputs, float32 sums, float16
+(bfloat16) output, through WMMA 16 x 16 x 16 fragment products (`wmma_intrinsics`); `cuda_gemm` chooses it for
+float16 and bfloat16 tasks whose M, N and K are multiples of 16.
 
 Loop structure, in 16 x 16 x 16 tiles (the product of one fragment per operand):
   i0 j0 (blockIdx) | i1 j1 (warps: threadIdx.y) | k0 | k1 | i2 j2 (a warp's fragments) | the fragment product
@@ -119,11 +119,12 @@ def apply(gemm, task: Task, cfg: Config):
     sch.reverse_compute_at(accumulator, warp)
     _copy_out(sch, out, task, warps, cfg["fetch_vec"])
     init = sch.decompose_reduction(tile, k0)
-    sch.tensorize(_tile16(sch, fragments[0]), wmma.load("a", SCOPE, False))
-    sch.tensorize(_tile16(sch, fragments[1]), wmma.load("b", SCOPE, gemm.b_transposed))
+    dtype = task.element.storage
+    sch.tensorize(_tile16(sch, fragments[0]), wmma.load("a", SCOPE, False, dtype))
+    sch.tensorize(_tile16(sch, fragments[1]), wmma.load("b", SCOPE, gemm.b_transposed, dtype))
     sch.tensorize(_tile16(sch, accumulator), wmma.store(OUT_SCOPE))
     sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], wmma.fill())
-    sch.tensorize(sch.get_loops(blk)[-3], wmma.multiply(gemm.b_transposed))
+    sch.tensorize(sch.get_loops(blk)[-3], wmma.multiply(gemm.b_transposed, dtype))
     if cfg["double_buffer"]:
         double_buffer(sch, k0, 2, str(task.target["arch"]))
     annotate_unroll(sch, i0, cfg["auto_unroll"], cfg["unroll_explicit"])

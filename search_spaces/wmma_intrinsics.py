@@ -1,5 +1,5 @@
-"""CUDA tensor cores through WMMA (`nvcuda::wmma`, 16 x 16 x 16 fragments) as TVM tensor intrinsics: fp16 x fp16
-products summed in fp32.
+"""CUDA tensor cores through WMMA (`nvcuda::wmma`, 16 x 16 x 16 fragments) as TVM tensor intrinsics: fp16 x fp16 or
+bf16 x bf16 products (OPERANDS) summed in fp32.
 
 The same five intrinsics as TVM's `tvm.s_tir.tensor_intrin.cuda` (fill, load A, load B, multiply-accumulate,
 store), for the few variants the tensor-core GEMM template uses (`cuda_gemm_tc`), registered here once per process
@@ -15,7 +15,7 @@ import functools
 
 FRAGMENT = 16  # rows, columns and depth of one fragment product
 ACCUMULATOR = "float32"
-OPERAND = "float16"
+OPERANDS = ("float16", "bfloat16")  # the fragments' input types (bf16: sm_80 on)
 
 
 def _fragment_index(buffer, stride, rows: int, cols: int):
@@ -96,24 +96,24 @@ def _fragment_copy(name: str, dtype: str, src_scope: str, dst_scope: str, call) 
 
 
 @functools.lru_cache(maxsize=None)
-def load(operand: str, scope: str, col_major: bool) -> str:
-    """A fragment of operand "a" or "b" loaded from shared memory (`scope`: "shared" or "shared.dyn"), stored
-    row-major, or column-major (dense's W, [N, K]: the fragment B' is W's tile transposed)."""
+def load(operand: str, scope: str, col_major: bool, dtype: str) -> str:
+    """A fragment of operand "a" or "b" (of `dtype`) loaded from shared memory (`scope`: "shared" or
+    "shared.dyn"), stored row-major, or column-major (dense's W, [N, K]: the fragment B' is W's tile transposed)."""
     from tvm.script import tirx as T
 
     n, layout = FRAGMENT, "col_major" if col_major else "row_major"
 
     def call(A, C, a_stride, c_stride):
         return T.tvm_load_matrix_sync(C.data, n, n, n, _fragment_index(C, c_stride, n, n),
-                                      A.access_ptr("r", ptr_type=OPERAND), a_stride, layout, dtype="void")
+                                      A.access_ptr("r", ptr_type=dtype), a_stride, layout, dtype="void")
 
-    name = f"autotune_wmma_load_{operand}_{scope.replace('.', '_')}_{layout}"
-    return _fragment_copy(name, OPERAND, scope, f"wmma.matrix_{operand}", call)
+    name = f"autotune_wmma_load_{operand}_{dtype}_{scope.replace('.', '_')}_{layout}"
+    return _fragment_copy(name, dtype, scope, f"wmma.matrix_{operand}", call)
 
 
 @functools.lru_cache(maxsize=None)
-def multiply(b_transposed: bool) -> str:
-    """C += A B (fp16 fragments, fp32 sums); B's fragment indexed [n, k] when `b_transposed` (dense)."""
+def multiply(b_transposed: bool, dtype: str) -> str:
+    """C += A B (fragments of `dtype`, fp32 sums); B's fragment indexed [n, k] when `b_transposed` (dense)."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
@@ -124,8 +124,8 @@ def multiply(b_transposed: bool) -> str:
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (n, n), OPERAND, align=64, offset_factor=n, scope="wmma.matrix_a")
-        B = T.match_buffer(b, (n, n), OPERAND, align=64, offset_factor=n, scope="wmma.matrix_b")
+        A = T.match_buffer(a, (n, n), dtype, align=64, offset_factor=n, scope="wmma.matrix_a")
+        B = T.match_buffer(b, (n, n), dtype, align=64, offset_factor=n, scope="wmma.matrix_b")
         C = T.match_buffer(c, (n, n), ACCUMULATOR, align=64, offset_factor=n, scope="wmma.accumulator")
         with T.sblock("root"):
             T.reads(C[0:n, 0:n], A[0:n, 0:n], B[0:n, 0:n])
@@ -143,8 +143,8 @@ def multiply(b_transposed: bool) -> str:
         b0 = T.int32()
         c1 = T.int32()
         c0 = T.int32()
-        A = T.match_buffer(a, (n, n), OPERAND, align=64, offset_factor=n, scope="wmma.matrix_a", strides=[a1, a0])
-        B = T.match_buffer(b, (n, n), OPERAND, align=64, offset_factor=n, scope="wmma.matrix_b", strides=[b1, b0])
+        A = T.match_buffer(a, (n, n), dtype, align=64, offset_factor=n, scope="wmma.matrix_a", strides=[a1, a0])
+        B = T.match_buffer(b, (n, n), dtype, align=64, offset_factor=n, scope="wmma.matrix_b", strides=[b1, b0])
         C = T.match_buffer(c, (n, n), ACCUMULATOR, align=64, offset_factor=n, scope="wmma.accumulator",
                            strides=[c1, c0])
         with T.sblock("root"):
@@ -154,7 +154,7 @@ def multiply(b_transposed: bool) -> str:
                                       B.data, _fragment_index(B, b1, n, n), C.data, _fragment_index(C, c1, n, n),
                                       dtype="void"))
 
-    name = f"autotune_wmma_mma_f16f16f32{'_trans' if b_transposed else ''}"
+    name = f"autotune_wmma_mma_{dtype}_f32{'_trans' if b_transposed else ''}"
     TensorIntrin.register(name, desc, impl, override=True)
     return name
 

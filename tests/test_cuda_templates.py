@@ -261,20 +261,22 @@ def test_double_buffered_matmuls_are_numerically_correct_on_gpu() -> None:
 
 
 FP16_CASES = [("matmul", "M=256,N=128,K=64", "sm_80"), ("dense", "batch=128,in_features=256,out_features=192", "sm_90")]
+NARROW = [("float16", "half"), ("bfloat16", "nv_bfloat16")]  # dtype, its CUDA type
 
 
-def _fp16_configs(op: str, shape: str, arch: str) -> tuple[Task, Template, list[Config]]:
-    """A float16 task, its template, and its untuned config and two random valid ones."""
+def _fp16_configs(op: str, shape: str, arch: str, dtype: str = "float16") -> tuple[Task, Template, list[Config]]:
+    """A float16 (bfloat16) task, its template, and its untuned config and two random valid ones."""
     from autotune.model.default_schedule import heuristic_configs
 
-    task = make_task(op, shape, "float16", target="cuda", arch=arch)
+    task = make_task(op, shape, dtype, target="cuda", arch=arch)
     template = TEMPLATES[op]
     return task, template, heuristic_configs(template, task, count=1) + _valid_configs(template, task, 2)
 
 
+@pytest.mark.parametrize("dtype,cuda_type", NARROW)
 @pytest.mark.parametrize("op,shape,arch", FP16_CASES)
-def test_float16_gemms_run_on_tensor_cores(op: str, shape: str, arch: str) -> None:
-    task, template, configs = _fp16_configs(op, shape, arch)
+def test_narrow_float_gemms_run_on_tensor_cores(op: str, shape: str, arch: str, dtype: str, cuda_type: str) -> None:
+    task, template, configs = _fp16_configs(op, shape, arch, dtype)
     assert "fetch_vec" in [k.name for k in template.define_space(task).knobs] and len(configs) == 3
     for cfg in configs:
         res = _resources(template, task, cfg)
@@ -284,7 +286,7 @@ def test_float16_gemms_run_on_tensor_cores(op: str, shape: str, arch: str) -> No
         for call in ("wmma::fill_fragment", "wmma::load_matrix_sync", "wmma::mma_sync", "wmma::store_matrix_sync"):
             assert call in src, call
         layout = "col_major" if op == "dense" else "row_major"  # dense's W tile, read transposed
-        assert f"wmma::matrix_b, 16, 16, 16, half, nvcuda::wmma::{layout}>" in src
+        assert f"wmma::matrix_b, 16, 16, 16, {cuda_type}, nvcuda::wmma::{layout}>" in src
         assert ("cp.async" in src) == cfg["double_buffer"]
     if shutil.which("nvcc") is not None:  # ptxas checks the fragments' types and the async copies too
         import tvm
@@ -296,14 +298,16 @@ def test_float16_gemms_run_on_tensor_cores(op: str, shape: str, arch: str) -> No
         assert b"main_kernel" in bytes(cubin)
 
 
-def test_float16_gemms_off_the_tensor_core_tiles_widen_their_inputs() -> None:
-    task = make_task("matmul", "M=20,N=24,K=40", "float16", target="cuda", arch="sm_80")
+@pytest.mark.parametrize("dtype,cuda_type", NARROW)
+def test_narrow_float_gemms_off_the_tensor_core_tiles_widen_their_inputs(dtype: str, cuda_type: str) -> None:
+    task = make_task("matmul", "M=20,N=24,K=40", dtype, target="cuda", arch="sm_80")
     for cfg in _valid_configs(MATMUL_CUDA, task, 2):
         src = _cuda_source(MATMUL_CUDA, task, cfg)
-        assert "wmma" not in src and "half" in src
+        assert "wmma" not in src and cuda_type in src
 
 
+@pytest.mark.parametrize("dtype", [d for d, _ in NARROW])
 @pytest.mark.parametrize("op,shape,arch", [*FP16_CASES, ("matmul", "M=20,N=24,K=40", "sm_80")])
-def test_float16_gemms_are_numerically_correct_on_gpu(op: str, shape: str, arch: str) -> None:
-    task, template, configs = _fp16_configs(op, shape, arch)
+def test_narrow_float_gemms_are_numerically_correct_on_gpu(op: str, shape: str, arch: str, dtype: str) -> None:
+    task, template, configs = _fp16_configs(op, shape, arch, dtype)
     _check_on_gpu(template, task, configs)

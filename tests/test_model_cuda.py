@@ -172,21 +172,26 @@ def test_cuda_model_matches_torch_on_gpu(net):
         np.testing.assert_allclose(built(*inputs), model(*inputs).numpy(), rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def half_mlp():
-    """A float16 MLP whose linear layers are float16 dense tasks on the tensor cores (batch and widths multiples
-    of 16)."""
+STEPS = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # half a step of each type's significand
+
+
+@pytest.fixture(scope="module", params=list(STEPS))
+def narrow_mlp(request):
+    """A float16 (bfloat16) MLP whose linear layers are dense tasks of its type on the tensor cores (batch and
+    widths multiples of 16)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).eval().half()
-    x = torch.randn(32, 256).half()
-    return model, (x,), capture(model, (x,))
+    dtype = getattr(torch, request.param)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).eval().to(dtype)
+    x = torch.randn(32, 256).to(dtype)
+    return request.param, model, (x,), capture(model, (x,))
 
 
-def test_a_float16_model_builds_on_tensor_cores(half_mlp):
-    built = build_model(half_mlp[2], target=CUDA)
+def test_a_narrow_float_model_builds_on_tensor_cores(narrow_mlp):
+    dtype, _, _, captured = narrow_mlp
+    built = build_model(captured, target=CUDA)
     assert [str(k.task) for k in built.report.kernels] == [
-        "dense(batch=32,in_features=256,out_features=128) float16 cuda",
-        "dense(batch=32,in_features=128,out_features=64) float16 cuda"]
+        f"dense(batch=32,in_features=256,out_features=128) {dtype} cuda",
+        f"dense(batch=32,in_features=128,out_features=64) {dtype} cuda"]
     assert sorted(built.report.generic.values()) == ["epilogue fused (1 ops)", "epilogue fused (2 ops)"]
     src = _cuda_source(built)
     assert src.count("wmma::mma_sync") >= 2
@@ -198,11 +203,11 @@ def test_a_float16_model_builds_on_tensor_cores(half_mlp):
             assert len(nvcc.compile_cuda(src, target_format="cubin", arch="sm_90", compiler="nvcc")) > 0
 
 
-def test_float16_model_matches_torch_on_gpu(half_mlp):
+def test_narrow_float_model_matches_torch_on_gpu(narrow_mlp):
     if not tvm_cuda_exists():
         pytest.skip("no CUDA device: the built model runs on a GPU machine")
-    model, inputs, captured = half_mlp
+    dtype, model, inputs, captured = narrow_mlp
     out = np.asarray(build_model(captured, target=CUDA)(*inputs)).astype(np.float32)
     with torch.no_grad():
         ref = model(*inputs).float().numpy()
-    assert np.abs(out - ref).max() <= 8 * 2.0 ** -11 * np.abs(ref).max()  # a few fp16 roundings
+    assert np.abs(out - ref).max() <= 8 * STEPS[dtype] * np.abs(ref).max()  # a few roundings of the type
