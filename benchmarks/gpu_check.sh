@@ -63,8 +63,9 @@ run)
   command -v nvcc || echo "no nvcc on PATH"
   python3 -c "import tvm; print('tvm', tvm.__file__, 'cuda', tvm.cuda(0).exist, tvm.cuda(0).compute_version)"
   # tuning stops at TRIALS or TASK_BUDGET_S per task; MetaSchedule (MS_TRIALS) only while DEADLINE_S allows
-  # numeric checks on the GPU (CUDA templates: random configs, double-buffered matmuls; a model built for CUDA
-  # against PyTorch) before timing
+  # numeric checks on the GPU (CUDA templates: random configs, double-buffered matmuls, float16 and bfloat16
+  # GEMMs on tensor cores and widened conv2d; float32, float16 and bfloat16 models built for CUDA against PyTorch)
+  # before timing
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_templates.py tests/test_model_cuda.py \
       -k on_gpu 2>&1 \
       | tee "$out/gpu_tests.log" | tail -15 || echo "GPU numeric tests failed or timed out"

@@ -82,6 +82,8 @@ def apply(task: Task, cfg: Config):
     cooperative_fetch(sch, blk, "weight", s0, threads, 1)
     if padded:
         sch.compute_inline(sch.get_sblock("pad"))  # its only consumer is now the shared-memory copy
+    if task.element.output != task.element.accumulate:  # rounded (fp16, bf16) as each thread writes its tile back
+        sch.reverse_compute_inline(sch.get_sblock("conv_out"))
     sch.decompose_reduction(blk, c0)
     annotate_unroll(sch, bz, cfg["auto_unroll"], cfg["unroll_explicit"])
     return sch
@@ -115,7 +117,10 @@ def preferences(task: Task) -> dict[str, Any]:
             "tile_s": (3,), "auto_unroll": 512, "unroll_explicit": True}
 
 
+# float16 and bfloat16: the inputs widened as they are read (no tensor cores yet); compatible_versions: the
+# float32-only version (the same float32 space and schedules)
 CONV2D_CUDA = Template("conv2d_cuda", "conv2d", "cuda", define_space, apply, preferences=preferences,
-                       kernel_resources=kernel_resources)
+                       kernel_resources=kernel_resources, dtypes=("float32", "float16", "bfloat16"),
+                       compatible_versions=("a3a797b86d36",))
 GROUP_CONV2D_CUDA = Template("group_conv2d_cuda", "group_conv2d", "cuda", define_space, apply,
                              preferences=preferences, kernel_resources=kernel_resources)

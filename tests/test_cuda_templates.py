@@ -306,8 +306,28 @@ def test_narrow_float_gemms_off_the_tensor_core_tiles_widen_their_inputs(dtype: 
         assert "wmma" not in src and cuda_type in src
 
 
+NARROW_CONV = "N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1"  # the fp16 conv2d
+
+
+@pytest.mark.parametrize("dtype,cuda_type", NARROW)
+def test_narrow_float_conv2d_widens_its_inputs_and_rounds_its_output(dtype: str, cuda_type: str) -> None:
+    task, template, configs = _fp16_configs("conv2d", NARROW_CONV, "sm_80", dtype)
+    for cfg in configs:
+        src = _cuda_source(template, task, cfg)
+        assert "wmma" not in src and cuda_type in src and "float conv_local" in src  # fp32 sums, narrow in and out
+    if shutil.which("nvcc") is not None:
+        import tvm
+        from tvm.support import nvcc
+
+        with tvm.target.Target({"kind": "cuda", "arch": "sm_80"}):
+            cubin = nvcc.compile_cuda(_cuda_source(template, task, configs[0]), target_format="cubin", arch="sm_80",
+                                      compiler="nvcc")
+        assert b"main_kernel" in bytes(cubin)
+
+
 @pytest.mark.parametrize("dtype", [d for d, _ in NARROW])
-@pytest.mark.parametrize("op,shape,arch", [*FP16_CASES, ("matmul", "M=20,N=24,K=40", "sm_80")])
+@pytest.mark.parametrize("op,shape,arch", [*FP16_CASES, ("matmul", "M=20,N=24,K=40", "sm_80"),
+                                           ("conv2d", NARROW_CONV, "sm_80")])
 def test_narrow_float_gemms_are_numerically_correct_on_gpu(op: str, shape: str, arch: str, dtype: str) -> None:
     task, template, configs = _fp16_configs(op, shape, arch, dtype)
     _check_on_gpu(template, task, configs)
