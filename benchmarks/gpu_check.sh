@@ -22,8 +22,8 @@
 # fitted both tasks and both MetaSchedule runs (about 530 s). `run` now first runs the GPU numeric tests
 # (at most 60 s) and the whole-model comparison (`gpu_model.py`, at most 120 s), so the default DEADLINE_S is
 # 380: MetaSchedule may not fit (its 64-trial figures are in the result gpu_h200,
-# benchmarks/results/gpu_h200/). gpu_compare.py tunes three tasks (matmul in float16 on tensor cores, never yet run
-# on a GPU; matmul and conv2d in float32), TASK_BUDGET_S 75 each. Give the machine back after.
+# benchmarks/results/gpu_h200/). gpu_compare.py tunes four tasks (matmul and conv2d in float16 on tensor cores, never
+# yet run on a GPU; matmul and conv2d in float32), TASK_BUDGET_S 60 each. Give the machine back after.
 # Rehearse here first: `GPU_SITE=.gpu/site bash benchmarks/gpu_check.sh unpack`, then PYTHONPATH=.gpu/site
 # with a Python 3.12 venv holding numpy, scipy, ml_dtypes,
 # typing_extensions, cloudpickle, psutil and tqdm (as the GPU image has) runs everything up to the first
@@ -72,7 +72,7 @@ run)
   # whole models built for CUDA (heuristic configs) against TVM's own CUDA pipeline and PyTorch eager
   timeout 120 python3 benchmarks/gpu_model.py --out "$out" 2>&1 | tee "$out/gpu_model.log" | tail -6 \
       || echo "gpu_model.py failed or timed out"
-  python3 benchmarks/gpu_compare.py --trials "${TRIALS:-200}" --task-budget-s "${TASK_BUDGET_S:-75}" \
+  python3 benchmarks/gpu_compare.py --trials "${TRIALS:-200}" --task-budget-s "${TASK_BUDGET_S:-60}" \
       --ms-trials "${MS_TRIALS:-64}" --deadline-s "${DEADLINE_S:-380}" --out "$out" 2>&1 | tee "$out/gpu_compare.log"
   python3 -m autotune.cli tune conv2d --shape N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1 --target cuda \
       --build-only --trials 8 --log "$out/cli_build_only.jsonl"

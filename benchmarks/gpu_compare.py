@@ -1,4 +1,4 @@
-"""On a CUDA machine: tune matmul 1024^3 in float16 (tensor cores) and in float32, and conv2d (64x56x56 3x3), for
+"""On a CUDA machine: tune matmul 1024^3 and conv2d (64x56x56 3x3) in float16 (tensor cores) and in float32 for
 the GPU, then time the best kernels next to torch (cuBLAS / cuDNN in the same type; for float32 TF32 off: the same
 fp32 arithmetic, and TF32 on for reference) and, given --ms-trials, next to MetaSchedule's best at the same trial
 budget, all on the same GPU in the same process.
@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 TASKS = {  # label -> (op, shape, dtype)
     "matmul fp16 1024^3": ("matmul", "M=1024,N=1024,K=1024", "float16"),
     "matmul 1024^3": ("matmul", "M=1024,N=1024,K=1024", "float32"),
+    "conv2d fp16 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1", "float16"),
     "conv2d 64x56x56 3x3": ("conv2d", "N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,padding=1", "float32"),
 }
 

@@ -18,8 +18,9 @@ from typing import Any
 from autotune.gpu_limits import REGISTER_OVERHEAD, KernelResources
 from autotune.space import Config, ConfigSpace
 from autotune.task import Task
-from autotune.templates import Template, prim_func
+from autotune.templates import Relayout, Template, prim_func
 
+from . import cuda_conv2d_tc
 from .base import conv_groups, output_shape
 from .cuda_common import (
     FLOAT_BYTES,
@@ -117,10 +118,33 @@ def preferences(task: Task) -> dict[str, Any]:
             "tile_s": (3,), "auto_unroll": 512, "unroll_explicit": True}
 
 
-# float16 and bfloat16: the inputs widened as they are read (no tensor cores yet); compatible_versions: the
-# float32-only version (the same float32 space and schedules)
-CONV2D_CUDA = Template("conv2d_cuda", "conv2d", "cuda", define_space, apply, preferences=preferences,
-                       kernel_resources=kernel_resources, dtypes=("float32", "float16", "bfloat16"),
+# float16 and bfloat16: on the tensor cores where the GEMM's sizes are multiples of 16 (`cuda_conv2d_tc`), else the
+# inputs widened as they are read; compatible_versions: the float32-only version (the same float32 space and
+# schedules)
+def conv_space(task: Task) -> ConfigSpace:
+    """The tensor-core path's space where it applies (`cuda_conv2d_tc`), else the direct schedule's."""
+    return cuda_conv2d_tc.define_space(task) if cuda_conv2d_tc.tiles(task) else define_space(task)
+
+
+def conv_apply(task: Task, cfg: Config):
+    return cuda_conv2d_tc.apply(task, cfg) if cuda_conv2d_tc.tiles(task) else apply(task, cfg)
+
+
+def conv_resources(task: Task, cfg: Config) -> KernelResources:
+    return cuda_conv2d_tc.resources(task, cfg) if cuda_conv2d_tc.tiles(task) else kernel_resources(task, cfg)
+
+
+def conv_relayouts(task: Task, cfg: Config) -> tuple[Relayout, ...]:
+    return cuda_conv2d_tc.relayouts(task, cfg) if cuda_conv2d_tc.tiles(task) else ()
+
+
+def conv_preferences(task: Task) -> dict[str, Any]:
+    return cuda_conv2d_tc.preferences(task) if cuda_conv2d_tc.tiles(task) else preferences(task)
+
+
+CONV2D_CUDA = Template("conv2d_cuda", "conv2d", "cuda", conv_space, conv_apply, preferences=conv_preferences,
+                       kernel_resources=conv_resources, relayouts=conv_relayouts,
+                       dtypes=("float32", "float16", "bfloat16"),
                        compatible_versions=("a3a797b86d36",))
 GROUP_CONV2D_CUDA = Template("group_conv2d_cuda", "group_conv2d", "cuda", define_space, apply,
                              preferences=preferences, kernel_resources=kernel_resources)

@@ -49,9 +49,13 @@ def _warp_knob(name: str, extent: int) -> Knob:
 
 
 def define_space(gemm, task: Task) -> ConfigSpace:
-    """Block, warp and fragment tiles of i and j (in 16-element tiles), k chunks, fetch width, double buffering and
-    unrolling."""
-    m, n, k = tiles(task, gemm)
+    """The space of a GEMM task (`space_of_tiles`)."""
+    return space_of_tiles(*tiles(task, gemm))
+
+
+def space_of_tiles(m: int, n: int, k: int) -> ConfigSpace:
+    """Block, warp and fragment tiles of i and j (`m`, `n` 16-element tiles), k chunks (of `k`), fetch width,
+    double buffering and unrolling."""
     return ConfigSpace(knobs=(
         _warp_knob("tile_i", m),
         _warp_knob("tile_j", n),
@@ -70,16 +74,22 @@ def preferences(gemm, task: Task) -> dict[str, Any]:
 
 
 def resources(gemm, task: Task, cfg: Config) -> KernelResources:
-    """Threads, dynamic shared memory and registers of one config, from its knobs alone."""
+    """Threads, dynamic shared memory and registers of one config of a GEMM task (`resources_of`)."""
+    return resources_of(gemm.b_transposed, cfg)
+
+
+def resources_of(b_transposed: bool, cfg: Config) -> KernelResources:
+    """Threads, dynamic shared memory and registers of one config, from its knobs alone (B stored [N, K] when
+    `b_transposed`)."""
     ti, tj, tk = cfg["tile_i"], cfg["tile_j"], cfg["tile_k"]
     bm, bn, bk = ti[1] * ti[2] * TILE, tj[1] * tj[2] * TILE, tk[1] * TILE
-    b_tile = bn * (bk + PAD) if gemm.b_transposed else bk * (bn + PAD)
+    b_tile = bn * (bk + PAD) if b_transposed else bk * (bn + PAD)
     operands = (bm * (bk + PAD) + b_tile) * 2 * (2 if cfg["double_buffer"] else 1)
     warps = ti[1] * tj[1]
     illegal = f"{warps} warps a block (at most {MAX_BLOCK_WARPS})" if warps > MAX_BLOCK_WARPS else ""
     if bm * bn * 4 > STATIC_SHARED_BYTES:
         illegal = illegal or f"an output tile of {bm} x {bn} fp32 exceeds static shared memory"
-    row = bn if not gemm.b_transposed else bk
+    row = bn if not b_transposed else bk
     if bk % cfg["fetch_vec"] or row % cfg["fetch_vec"]:
         illegal = illegal or f"shared rows of {bk} and {row} halves are not whole fetch vectors of {cfg['fetch_vec']}"
     return KernelResources(block=(32, warps, 1), grid=(tj[0], ti[0], 1), shared_bytes=operands + bm * bn * 4,
@@ -88,10 +98,17 @@ def resources(gemm, task: Task, cfg: Config) -> KernelResources:
 
 
 def apply(gemm, task: Task, cfg: Config):
-    """Build the schedule of one config (raises on an illegal one)."""
+    """Build the schedule of one config of a GEMM task (raises on an illegal one)."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(prim_func(task))
+    return schedule(sch, task, cfg, gemm.b_transposed)
+
+
+def schedule(sch, task: Task, cfg: Config, b_transposed: bool, staged: tuple[str, ...] = (), b_vec: int | None = None):
+    """Schedule block "C" of `sch`, C[i, j] = sum_k A[i, k] B[k, j] (B[j, k] when `b_transposed`), on the tensor
+    cores. `staged`: blocks computing the operands (a convolution's patches), inlined into the shared-memory copies
+    of their tiles; `b_vec`: B's fetch width when it is not the `fetch_vec` knob's (a gather)."""
     blk = sch.get_sblock("C")
     i, j, k = sch.get_loops(blk)
     i, it = sch.split(i, [None, TILE])
@@ -108,8 +125,10 @@ def apply(gemm, task: Task, cfg: Config):
     warp = sch.fuse(i1, j1)
     sch.bind(warp, "threadIdx.y")
     warps = cfg["tile_i"][1] * cfg["tile_j"][1]
-    for operand in (0, 1):
-        _fetch(sch, tile, operand, k0, warps, cfg["fetch_vec"])
+    for operand, vec in ((0, cfg["fetch_vec"]), (1, b_vec or cfg["fetch_vec"])):
+        _fetch(sch, tile, operand, k0, warps, vec)
+    for name in staged:
+        sch.compute_inline(sch.get_sblock(name))
     fragments = [sch.cache_read(tile, operand, f"wmma.matrix_{name}") for operand, name in ((0, "a"), (1, "b"))]
     for fragment in fragments:
         sch.compute_at(fragment, k1)
@@ -121,10 +140,10 @@ def apply(gemm, task: Task, cfg: Config):
     init = sch.decompose_reduction(tile, k0)
     dtype = task.element.storage
     sch.tensorize(_tile16(sch, fragments[0]), wmma.load("a", SCOPE, False, dtype))
-    sch.tensorize(_tile16(sch, fragments[1]), wmma.load("b", SCOPE, gemm.b_transposed, dtype))
+    sch.tensorize(_tile16(sch, fragments[1]), wmma.load("b", SCOPE, b_transposed, dtype))
     sch.tensorize(_tile16(sch, accumulator), wmma.store(OUT_SCOPE))
     sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], wmma.fill())
-    sch.tensorize(sch.get_loops(blk)[-3], wmma.multiply(gemm.b_transposed, dtype))
+    sch.tensorize(sch.get_loops(blk)[-3], wmma.multiply(b_transposed, dtype))
     if cfg["double_buffer"]:
         double_buffer(sch, k0, 2, str(task.target["arch"]))
     annotate_unroll(sch, i0, cfg["auto_unroll"], cfg["unroll_explicit"])

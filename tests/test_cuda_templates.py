@@ -242,7 +242,7 @@ def _check_on_gpu(template: Template, task: Task, configs: list[Config]) -> None
     dev = tvm.cuda(0)
     for cfg in configs:
         ex = compile_kernel(template.apply(task, cfg).mod, task.target)
-        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        args = [tvm.runtime.tensor(a, dev) for a in template.kernel_inputs(task, cfg, inputs)]
         out = tvm.runtime.empty(ref.shape, task.element.output, dev)
         ex(*args, out)
         problem = check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape), task.dtype)
@@ -306,28 +306,65 @@ def test_narrow_float_gemms_off_the_tensor_core_tiles_widen_their_inputs(dtype: 
         assert "wmma" not in src and cuda_type in src
 
 
-NARROW_CONV = "N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1"  # the issue's fp16 conv2d
+NARROW_CONV = "N=1,C=64,H=56,W=56,K=64,R=3,S=3,padding=1"  # the issue's fp16 conv2d: an implicit GEMM on tensor cores
+NARROW_CONV_STRIDED = "N=2,C=16,H=15,W=15,K=32,R=3,S=3,stride=2,padding=1"  # N OH OW = 2 x 8 x 8, C R S = 144
+NARROW_CONV_WIDENED = "N=1,C=3,H=20,W=20,K=24,R=3,S=3,padding=1"  # C R S = 27, K = 24: not in 16-element tiles
 
 
-@pytest.mark.parametrize("dtype,cuda_type", NARROW)
-def test_narrow_float_conv2d_widens_its_inputs_and_rounds_its_output(dtype: str, cuda_type: str) -> None:
-    task, template, configs = _fp16_configs("conv2d", NARROW_CONV, "sm_80", dtype)
-    for cfg in configs:
-        src = _cuda_source(template, task, cfg)
-        assert "wmma" not in src and cuda_type in src and "float conv_local" in src  # fp32 sums, narrow in and out
-    if shutil.which("nvcc") is not None:
+def _compiles_for(arch: str, src: str) -> None:
+    if shutil.which("nvcc") is not None:  # ptxas checks the fragments' types and the async copies too
         import tvm
         from tvm.support import nvcc
 
-        with tvm.target.Target({"kind": "cuda", "arch": "sm_80"}):
-            cubin = nvcc.compile_cuda(_cuda_source(template, task, configs[0]), target_format="cubin", arch="sm_80",
-                                      compiler="nvcc")
-        assert b"main_kernel" in bytes(cubin)
+        with tvm.target.Target({"kind": "cuda", "arch": arch}):
+            assert b"main_kernel" in bytes(nvcc.compile_cuda(src, target_format="cubin", arch=arch, compiler="nvcc"))
+
+
+@pytest.mark.parametrize("dtype,cuda_type", NARROW)
+@pytest.mark.parametrize("shape", [NARROW_CONV, NARROW_CONV_STRIDED])
+def test_narrow_float_conv2d_runs_on_tensor_cores(shape: str, dtype: str, cuda_type: str) -> None:
+    task, template, configs = _fp16_configs("conv2d", shape, "sm_80", dtype)
+    for cfg in configs:
+        src = _cuda_source(template, task, cfg)
+        assert "wmma::mma_sync" in src and f"wmma::matrix_b, 16, 16, 16, {cuda_type}" in src
+        assert [r.arg for r in template.relayouts(task, cfg)] == [1]  # the weight, as [K, C R S]
+    _compiles_for("sm_80", _cuda_source(template, task, configs[0]))
+
+
+@pytest.mark.parametrize("shape", [NARROW_CONV_STRIDED, "N=1,C=16,H=8,W=8,K=16,R=3,S=3,padding=2,dilation=2"])
+def test_the_tensor_core_convolutions_gemm_computes_the_convolution(shape: str) -> None:
+    """The implicit GEMM (patches of the padded input, the weight relaid), unscheduled and run on the CPU, equals
+    the convolution: what the tensor cores compute, but for the fragment products, which the GEMMs' tests cover."""
+    import tvm
+
+    from search_spaces import cuda_conv2d_tc
+
+    task = make_task("conv2d", shape, "float16", target="cuda", arch="sm_80")
+    template = TEMPLATES["conv2d"]
+    assert cuda_conv2d_tc.tiles(task) is not None  # on the tensor-core path
+    inputs = random_inputs(task.opdef, task.shape, task.dtype)
+    ref = reference_output(task.opdef, task.shape, task.dtype, inputs)
+    cfg = template.define_space(task).get(0)
+    lib = tvm.compile(tvm.IRModule({"main": cuda_conv2d_tc.gemm_func(task).with_attr("global_symbol", "main")}),
+                      target="llvm")
+    out = tvm.runtime.empty(ref.shape, task.element.output)
+    lib["main"](*[tvm.runtime.tensor(a) for a in template.kernel_inputs(task, cfg, inputs)], out)
+    assert check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape), task.dtype) is None
+
+
+@pytest.mark.parametrize("dtype,cuda_type", NARROW)
+def test_narrow_float_conv2d_off_the_tensor_core_tiles_widens_its_inputs(dtype: str, cuda_type: str) -> None:
+    task, template, configs = _fp16_configs("conv2d", NARROW_CONV_WIDENED, "sm_80", dtype)
+    for cfg in configs:
+        src = _cuda_source(template, task, cfg)
+        assert "wmma" not in src and cuda_type in src and "float conv_local" in src  # fp32 sums, narrow in and out
+    _compiles_for("sm_80", _cuda_source(template, task, configs[0]))
 
 
 @pytest.mark.parametrize("dtype", [d for d, _ in NARROW])
 @pytest.mark.parametrize("op,shape,arch", [*FP16_CASES, ("matmul", "M=20,N=24,K=40", "sm_80"),
-                                           ("conv2d", NARROW_CONV, "sm_80")])
+                                           *[("conv2d", shape, "sm_80") for shape in (NARROW_CONV, NARROW_CONV_STRIDED,
+                                                                                      NARROW_CONV_WIDENED)]])
 def test_narrow_float_gemms_are_numerically_correct_on_gpu(op: str, shape: str, arch: str, dtype: str) -> None:
     task, template, configs = _fp16_configs(op, shape, arch, dtype)
     _check_on_gpu(template, task, configs)

@@ -203,6 +203,39 @@ def test_a_narrow_float_model_builds_on_tensor_cores(narrow_mlp):
             assert len(nvcc.compile_cuda(src, target_format="cubin", arch="sm_90", compiler="nvcc")) > 0
 
 
+@pytest.fixture(scope="module")
+def half_convnet():
+    """A float16 convolution stack whose convolutions are implicit GEMMs on the tensor cores (weights relaid)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 32, 3, stride=2, padding=1)).eval().half()
+    x = torch.randn(1, 16, 16, 16).half()
+    return model, (x,), capture(model, (x,))
+
+
+def test_a_float16_convnet_builds_on_tensor_cores(half_convnet):
+    built = build_model(half_convnet[2], target=CUDA)
+    assert [(k.task.op, k.task.dtype) for k in built.report.kernels] == [("conv2d", "float16")] * 2
+    src = _cuda_source(built)
+    assert src.count("wmma::mma_sync") >= 2
+    if shutil.which("nvcc") is not None:
+        import tvm
+        from tvm.support import nvcc
+
+        with tvm.target.Target(CUDA):
+            assert len(nvcc.compile_cuda(src, target_format="cubin", arch="sm_90", compiler="nvcc")) > 0
+
+
+def test_float16_convnet_matches_torch_on_gpu(half_convnet):
+    if not tvm_cuda_exists():
+        pytest.skip("no CUDA device: the built model runs on a GPU machine")
+    model, inputs, captured = half_convnet
+    out = np.asarray(build_model(captured, target=CUDA)(*inputs)).astype(np.float32)
+    with torch.no_grad():
+        ref = model(*inputs).float().numpy()
+    assert np.abs(out - ref).max() <= 8 * STEPS["float16"] * np.abs(ref).max()
+
+
 def test_narrow_float_model_matches_torch_on_gpu(narrow_mlp):
     if not tvm_cuda_exists():
         pytest.skip("no CUDA device: the built model runs on a GPU machine")
