@@ -16,7 +16,7 @@ from pathlib import Path
 from cost_models import train_from_records
 
 from .cli_args import add_runner_arguments, add_search_arguments, checked_tuner_options, int_at_least, number_above, \
-    runner_options
+    runner_options, shipped_flag
 from .database import TuningDatabase
 from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
@@ -84,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "`build` and `tune-model` read it as any log), replacing the file whole")
 
     s = sub.add_parser("show", help="summary of logs: records, errors by kind, best GFLOPS")
-    s.add_argument("logs", nargs="+", help="tuning logs (JSONL)")
+    s.add_argument("logs", nargs="*", help="tuning logs (JSONL)")
+    s.add_argument("--shipped", action="store_true",
+                   help="list the tuning knowledge autotune ships for this machine's target classes instead")
 
     pl = sub.add_parser("plot", help="tuning curves of logs (best GFLOPS so far against trials) as a PNG")
     pl.add_argument("logs", nargs="+", help="tuning logs (JSONL), one line each")
@@ -165,7 +167,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     check_log_path(log)  # before any work: a regular file or a new name on a filesystem that can be written
     transfer = []
     if learns_from_transfer(args.tuner):
-        transfer = transfer_records(task, log, args.transfer)
+        transfer = transfer_records(task, log, args.transfer, shipped_flag(args))
         print(transfer_summary(task, transfer), file=sys.stderr)
     remote = runner_from_args(args, options_run)  # None: measure on this machine
     if remote is None:
@@ -261,6 +263,10 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    if args.shipped:
+        return _show_shipped()
+    if not args.logs:
+        raise AutotuneError("show: give tuning logs, or --shipped")
     db = _open(args.logs)
     print(f"{db.stats.records} records, {db.stats.skipped} corrupt lines skipped")
     for key in db.task_keys():
@@ -273,6 +279,28 @@ def cmd_show(args: argparse.Namespace) -> int:
               f"valid={len(recs) - sum(errors.values())} "
               f"errors: {err_txt}\n  best: {best_txt}  threads={best.threads if best else '-'}  "
               f"timing={best.timing if best else '-'}{_stale_note(db, key)}")
+    return 0
+
+
+def _show_shipped() -> int:
+    """The shipped knowledge this machine may use (`autotune.shipped`), by class, its own first."""
+    from .shipped import CLASSES, Knowledge, classes_of, machine
+    from .target import host_llvm_target
+
+    target = host_llvm_target()
+    fits = classes_of(target)
+    print(f"this machine's classes: {', '.join(c.name for c in fits) or 'none'} (of {len(CLASSES)})")
+    knowledge = Knowledge.load(target)
+    shipped = knowledge.best()
+    for target_class, record in shipped:
+        print(f"{target_class.name}  {record.task}  config #{record.input.config.index}  {record.gflops():.1f} "
+              f"GFLOPS on {machine(record)}")
+    for target_class, db in knowledge.by_class:
+        if dropped := sum(db.stale(key) for key in db.task_keys()):
+            print(f"{target_class.name}: {dropped} records of other template versions dropped "
+                  "(recipes/shipped_knowledge.py makes them anew)")
+    if not shipped:
+        print("no knowledge ships for them")
     return 0
 
 

@@ -93,6 +93,19 @@ def checked_tuner_options(args: argparse.Namespace) -> XGBOptions | None:
     return options
 
 
+def add_shipped_argument(p: argparse.ArgumentParser, effect: str) -> None:
+    """--no-shipped: leave out the tuning knowledge autotune ships (`autotune.shipped`); `effect`: what that does
+    in this command."""
+    p.add_argument("--no-shipped", action="store_true",
+                   help=f"leave out the tuning knowledge autotune ships for the target's class: {effect} "
+                        "(AUTOTUNE_NO_SHIPPED=1 does the same everywhere)")
+
+
+def shipped_flag(args: argparse.Namespace) -> bool | None:
+    """False where --no-shipped was given, else None (`autotune.shipped.shipped_enabled` decides)."""
+    return False if getattr(args, "no_shipped", False) else None
+
+
 def add_search_arguments(p: argparse.ArgumentParser, transfer_default: str) -> None:
     """--features, --cold-start, --transfer (xgb tuner), --retime; `transfer_default`: what --transfer defaults to."""
     p.add_argument("--features", default="loop", choices=["loop", "knob"], help="xgb: cost model features")
@@ -100,8 +113,9 @@ def add_search_arguments(p: argparse.ArgumentParser, transfer_default: str) -> N
                    help="xgb: how the first batch is picked when no record guides it (default random; roofline: the "
                         "best of a random sample by a roofline estimate, CPU targets with loop features)")
     p.add_argument("--transfer", nargs="*", metavar="LOG",
-                   help=f"xgb: logs of other tasks to pre-train on (default: {transfer_default}); give no LOG "
-                        "to turn transfer off")
+                   help=f"xgb: logs of other tasks to pre-train on (default: {transfer_default}; where they hold "
+                        "none of a task's operator, the shipped knowledge's); give no LOG to turn transfer off")
+    add_shipped_argument(p, "xgb transfers from the other logs only")
     p.add_argument("--retime", type=int_at_least(0), default=RETIMES, metavar="N",
                    help=f"after the last trial, time the best configs (up to 8, first measured within 90%% of "
                         f"the best) N more times and rank them by their median timing (default {RETIMES}; 0: off)")

@@ -28,12 +28,15 @@ from .model.fx_graph import (Exported, Refused, call_key, export_graph, graph_id
                              static_inputs)
 from .model.library import torch_caller
 from .model.quantized import is_quantized
+from .shipped import shipped_enabled
 from .model.partition import split_for_tvm, written_inputs
 
 BACKEND_NAME = "autotune"
 OPTIONS = {"logs": "tuning logs (paths)", "target": "llvm or a JSON target dict (CPU only)",
            "verify": "check each new build against eager on its first call (default True)",
-           "max_shapes": "builds per graph before new shapes run eagerly (default 8)"}
+           "max_shapes": "builds per graph before new shapes run eagerly (default 8)",
+           "shipped": "a task without a record in the logs takes autotune's shipped config (default True, unless "
+                      "AUTOTUNE_NO_SHIPPED=1)"}
 
 
 class AutotuneFallbackWarning(RuntimeWarning):
@@ -79,6 +82,7 @@ class Settings:
     target: Any = "llvm"
     verify: bool = True
     max_shapes: int = 8
+    shipped: bool | None = None  # None: unless AUTOTUNE_NO_SHIPPED=1 (`shipped.shipped_enabled`)
 
     @staticmethod
     def parse(options: dict | None) -> Settings:
@@ -96,12 +100,13 @@ class Settings:
         target = options.get("target", "llvm")
         if resolve_target(target)["kind"] != "llvm":
             raise AutotuneError("the autotune torch.compile backend builds for the llvm (CPU) target only")
+        shipped = options.get("shipped")
         return Settings(tuple(map(str, logs)), target, bool(options.get("verify", True)),
-                        int(options.get("max_shapes", 8)))
+                        int(options.get("max_shapes", 8)), None if shipped is None else bool(shipped))
 
     def fingerprint(self) -> str:
         stamps = [(p, os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in self.logs]
-        return repr((stamps, self.target))
+        return repr((stamps, self.target, shipped_enabled(self.shipped)))
 
     def records(self) -> TuningDatabase:
         """The records database of the logs (read again only when a log changed)."""
@@ -239,7 +244,8 @@ class GraphRunner:
         try:
             captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
                                       decomposed=True)
-            return build_model(captured, target=self.settings.target, records=self.settings.records())
+            return build_model(captured, target=self.settings.target, records=self.settings.records(),
+                               shipped=self.settings.shipped)
         except AutotuneError as err:
             raise Refused(str(err)) from None
         except Exception as err:  # noqa: BLE001 - whatever TVM cannot take runs eagerly

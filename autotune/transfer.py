@@ -1,5 +1,6 @@
 """Which logs pre-train the cost model of a new task (transfer learning); which of their records it learns from
-is `TuningDatabase.transfer`'s choice."""
+is `TuningDatabase.transfer`'s choice. Where they hold no record of the task's operator, the shipped knowledge's
+records of it (`autotune.shipped`) stand in: their configs are the first the tuner measures, mapped by example."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from .database import TuningDatabase
 from .records import Record
+from .shipped import Knowledge, shipped_enabled
 from .task import Task
 
 
@@ -19,17 +21,34 @@ def transfer_logs(log: str | Path, logs: Sequence[str] | None) -> list[Path]:
     return [Path(p) for p in logs]
 
 
-def transfer_records(task: Task, log: str | Path, logs: Sequence[str] | None) -> list[Record]:
+def transfer_records(task: Task, log: str | Path, logs: Sequence[str] | None,
+                     shipped: bool | None = None) -> list[Record]:
     """The records of other tasks on the task's target kind in `transfer_logs(log, logs)` that its cost model
-    learns from (`TuningDatabase.transfer`)."""
+    learns from (`TuningDatabase.transfer`); where none is of its operator (and transfer is on: `logs` is not []),
+    the shipped knowledge's of its operator and dtype (`shipped_records`; `shipped`: see `shipped_enabled`)."""
     paths = transfer_logs(log, logs)
-    return TuningDatabase.open(paths).transfer(task) if paths else []
+    records = TuningDatabase.open(paths).transfer(task) if paths else []
+    if logs != [] and shipped_enabled(shipped) and not any(r.task.op == task.op for r in records):
+        records += shipped_records(task)
+    return records
+
+
+def shipped_records(task: Task) -> list[Record]:
+    """The shipped best records of the task's operator and dtype that its target may use, but its own."""
+    return [r for _, r in Knowledge.load(task.target).best()
+            if (r.task.op, r.task.dtype) == (task.op, task.dtype) and r.task.key != task.key]
 
 
 def transfer_summary(task: Task, records: Sequence[Record]) -> str:
-    """One line for the user: how many records of how many tasks pre-train the model, how many of its operator."""
+    """One line for the user: how many records of how many tasks pre-train the model, how many of its operator
+    (where they are the shipped knowledge's, which class's)."""
     if not records:
         return "transfer: none (no records of other tasks)"
+    shipped = {(r.task.key, r.result.timestamp): c.name for c, r in Knowledge.load(task.target).best()}
+    classes = {shipped[key] for r in records if (key := (r.task.key, r.result.timestamp)) in shipped}
+    if classes:
+        return (f"transfer: shipped {', '.join(sorted(classes))} knowledge, {len(records)} records of "
+                f"{len({r.task.key for r in records})} tasks")
     keys = {r.task.key for r in records}
     same = {r.task.key for r in records if r.task.op == task.op}
     return (f"transfer: {len(records)} records of {len(keys)} other task{'s' * (len(keys) != 1)}, "

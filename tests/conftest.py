@@ -33,6 +33,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `tests.fake_templates` importable here and in worker processes
+# builds in tests use the heuristic configs, whatever knowledge ships for the machine's class (tests/test_shipped.py
+# turns it on where it is the subject)
+os.environ["AUTOTUNE_NO_SHIPPED"] = "1"
 
 from autotune.measure import RunnerOptions  # noqa: E402
 # the fakes of the builder and runner seams that tests import from here: the tuning loop without TVM builds

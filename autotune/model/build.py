@@ -19,7 +19,9 @@ import numpy as np
 
 from ..database import TuningDatabase
 from ..errors import AutotuneError
+from ..gpu_limits import check_config
 from ..records import Record
+from ..shipped import Knowledge, shipped_enabled
 from ..space import Config
 from ..target import kernel_threads, to_tvm_target, use_target_threads, vector_unit
 from ..task import Task
@@ -46,11 +48,14 @@ class KernelChoice:
     config_index: int
     gflops: float = 0.0  # from the log, when tuned
     reason: str = ""  # why the default schedule was used
+    shipped: str = ""  # where its shipped config came from (`ShippedConfig.describe`), when it has one
 
     def line(self) -> str:
         head = f"{self.task} x{self.weight}"
         if self.tuned:
             return f"tuned    {head}: config #{self.config_index}, {self.gflops:.1f} GFLOPS in the log"
+        if self.shipped:
+            return f"shipped  {head}: config #{self.config_index} of {self.shipped} ({self.reason})"
         return f"default  {head}: heuristic config #{self.config_index} ({self.reason})"
 
 
@@ -63,7 +68,10 @@ class BuildReport:
 
     def summary(self) -> str:
         tuned = sum(k.tuned for k in self.kernels)
-        lines = [f"{tuned} of {len(self.kernels)} tasks tuned from logs, {len(self.kernels) - tuned} default"]
+        shipped = sum(bool(k.shipped) for k in self.kernels)
+        lines = [f"{tuned} of {len(self.kernels)} tasks tuned from logs, "
+                 + (f"{shipped} from shipped knowledge, " if shipped else "")
+                 + f"{len(self.kernels) - tuned - shipped} default"]
         lines += ["  " + k.line() for k in self.kernels]
         lines += [f"  left to TVM: {s}" for s in self.skipped]
         counts: dict[str, int] = {}
@@ -166,8 +174,10 @@ class ModelKernel:
         return emit(relax.op.layout_transform(expr, relayout.index_map))
 
 
-def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]) -> tuple[ModelKernel, KernelChoice]:
-    """Autotune's kernel for a task: the best logged config, else the heuristic default."""
+def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str],
+               knowledge: Knowledge | None = None) -> tuple[ModelKernel, KernelChoice]:
+    """Autotune's kernel for a task: the best logged config, else the shipped knowledge's (`knowledge`), else the
+    heuristic default."""
     rec = best.get(task.key)
     reason = "no valid record in the logs"
     if task.key in stale and rec is None:
@@ -181,8 +191,24 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
         except Exception as err:  # noqa: BLE001 - a logged config the template no longer accepts
             reason = f"logged config #{rec.input.config.index} failed to apply ({type(err).__name__})"
     tmpl = default_template(task)
+    shipped = _shipped_kernel(tmpl, task, knowledge) if knowledge is not None else None
+    if shipped is not None:
+        kernel, source = shipped
+        return kernel, KernelChoice(task, weight, False, kernel.config.index, 0.0, reason, source)
     func, cfg = default_template_func(tmpl, task)
     return ModelKernel(func, tmpl, cfg), KernelChoice(task, weight, False, cfg.index, 0.0, reason)
+
+
+def _shipped_kernel(tmpl: Any, task: Task, knowledge: Knowledge) -> tuple[ModelKernel, str] | None:
+    """(kernel, where its config came from) of the shipped knowledge's config for `task`, None where it has none
+    or the target cannot run it (a GPU's limits, a schedule the template refuses)."""
+    shipped = knowledge.config_for(task, space_of(tmpl, task))
+    if shipped is None or (task.target_kind == "cuda" and check_config(task, tmpl, shipped.config) is not None):
+        return None
+    try:
+        return ModelKernel(tmpl.kernel(task, shipped.config)["main"], tmpl, shipped.config), shipped.describe()
+    except Exception:  # noqa: BLE001 - a config mapped from another task that this one's schedule refuses
+        return None
 
 
 # ---- rewriting the Relax module -----------------------------------------------------------
@@ -306,9 +332,11 @@ def compile_lowered(mod: Any, tvm_target: Any) -> Any:
 
 
 def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str | dict = "llvm",
-                inputs: Any = None, records: TuningDatabase | Iterable[Record] | None = None) -> BuiltModel:
+                inputs: Any = None, records: TuningDatabase | Iterable[Record] | None = None,
+                shipped: bool | None = None) -> BuiltModel:
     """Compile a model with the best schedule of each task in the logs (or `records`: a records database, or
-    records), default schedules elsewhere."""
+    records), the shipped knowledge's config for a task they do not have (`autotune.shipped`; `shipped` False, or
+    None with AUTOTUNE_NO_SHIPPED=1 set: none), default schedules elsewhere."""
     import warnings
 
     from ..dynamic.model import build_dynamic_model, dynamic_program
@@ -320,8 +348,9 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     use_target_threads(tgt)  # before FoldConstant or a first call starts TVM's thread pool
     captured = model if isinstance(model, Captured) else capture(model, inputs)
     recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
+    knowledge = Knowledge.load(tgt) if shipped_enabled(shipped) else None
     try:
-        mod, report = lower_captured(captured, tgt, recs)
+        mod, report = lower_captured(captured, tgt, recs, knowledge=knowledge)
         executable = compile_lowered(mod, to_tvm_target(tgt))
     except AutotuneError:
         raise
@@ -330,7 +359,7 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
         why = f"{type(err).__name__}: {lines[-1][:200] if lines else ''}"
         warnings.warn(f"epilogue fusion failed ({why}); {captured.name} is built with its kernels unfused",
                       stacklevel=2)
-        mod, report = lower_captured(captured, tgt, recs, fuse=False)
+        mod, report = lower_captured(captured, tgt, recs, fuse=False, knowledge=knowledge)
         executable = compile_lowered(mod, to_tvm_target(tgt))
         report.fusion = f"off ({why})"
     return BuiltModel(captured.name, captured.inputs, executable, report, "cuda" if tgt["kind"] == "cuda" else "cpu",
@@ -338,9 +367,9 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
 
 
 def lower_captured(captured: Captured, target: dict, records: TuningDatabase | Iterable[Record],
-                   fuse: bool = True) -> tuple[Any, BuildReport]:
-    """(lowered Relax module, report): each task of the model on its best record's config (else the default
-    one), fused and scheduled as `lower_model` does; ready for `compile_lowered`."""
+                   fuse: bool = True, knowledge: Knowledge | None = None) -> tuple[Any, BuildReport]:
+    """(lowered Relax module, report): each task of the model on its best record's config (else the shipped
+    knowledge's, else the default one), fused and scheduled as `lower_model` does; ready for `compile_lowered`."""
 
     sites, skipped = find_sites(captured.mod, target)
     db = TuningDatabase.of(records)
@@ -350,7 +379,7 @@ def lower_captured(captured: Captured, target: dict, records: TuningDatabase | I
     kernels: dict[str, ModelKernel] = {}
     for task, weight in merge_sites(sites):
         task.opdef.template_ref(task.target_kind)  # fail early without a template
-        kernels[task.key], choice = kernel_for(task, weight, best, stale)
+        kernels[task.key], choice = kernel_for(task, weight, best, stale, knowledge)
         report.kernels.append(choice)
     mod, report.generic = lower_model(captured.mod, target, kernels, to_tvm_target(target), fuse)
     return mod, report

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import add_runner_arguments, add_search_arguments, int_at_least, runner_options, tuner_options
+from ..cli_args import (add_runner_arguments, add_search_arguments, add_shipped_argument, int_at_least,
+                        runner_options, shipped_flag, tuner_options)
 from ..errors import AutotuneError
 from .build import build_model
 from .capture import load_program
@@ -54,6 +55,7 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("-o", "--output", required=True,
                    help="shared library to write (load with autotune.model.load_library)")
     b.add_argument("--target", default="llvm", help=TARGET_HELP)
+    add_shipped_argument(b, "a task without a record in --logs gets its heuristic config")
     b.add_argument("--allow-pickle", action="store_true", help=PICKLE_HELP)
     b.set_defaults(handler=cmd_build)
 
@@ -106,14 +108,14 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     result = tune_model(_model(args), trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
                         round_trials=args.round_trials, seed=args.seed, runner_options=options_run,
                         via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
-                        tuner_options=options)
+                        tuner_options=options, shipped=shipped_flag(args))
     print(result.summary())
     return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     _check_logs(args.logs)
-    model = build_model(_model(args), logs=args.logs, target=args.target)
+    model = build_model(_model(args), logs=args.logs, target=args.target, shipped=shipped_flag(args))
     print(model.report.summary())
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     model.export_library(args.output)

@@ -26,7 +26,8 @@ from ..records import Record
 from ..retime import RETIMES
 from ..session import Measurer, TuningSession
 from ..task import Task
-from ..transfer import transfer_logs
+from ..shipped import shipped_enabled
+from ..transfer import shipped_records, transfer_logs
 from ..tune import ensure_measurable, open_session
 from ..tuners import learns_from_transfer
 from .extract import extract_tasks
@@ -111,7 +112,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
                inputs: Any = None, round_trials: int = 16, seed: int = 0, builder: Any = None, runner: Any = None,
                runner_options: RunnerOptions | None = None, progress: Callable[[str], None] | None = None,
                via: str = "auto", transfer: Sequence[str] | None = None, tuner_options: Any = None,
-               retime: int = RETIMES, template: str | None = None) -> ModelTuneResult:
+               retime: int = RETIMES, template: str | None = None, shipped: bool | None = None) -> ModelTuneResult:
     """Tune every task of the model until `trials` trials in total are in the log (resumable).
 
     Each task has one tuning session for the whole run (its tuner and cost model live across its rounds);
@@ -119,7 +120,8 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
     `via`: how tasks are extracted (see `extract_tasks`). A tuner that learns from other tasks (xgb) starts from
     the records of the logs `transfer` names (None: the other logs beside `log`, as `autotune tune` does; []
     turns transfer off) and of the model's other tasks so far, and before each of its rounds learns the other
-    tasks' newer records; `tuner_options` go to the tuner as they are.
+    tasks' newer records, or where none is of a task's operator, the shipped knowledge's of it (`shipped`: see
+    `autotune.shipped.shipped_enabled`); `tuner_options` go to the tuner as they are.
     Once the budget is spent, each task's contenders are timed `retime` more times (see `autotune.retime`).
     """
     if trials < 1:
@@ -156,9 +158,15 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
             return sessions[key]
 
         def transfer_of(task: Task) -> list[Record]:
-            """What the task's tuner starts from, when it is made: the other tasks' records so far."""
+            """What the task's tuner starts from, when it is made: the other tasks' records so far (the shipped
+            knowledge's of its operator where none is of it: `transfer.shipped_records`)."""
             synced[task.key] = len(db)
-            return TuningDatabase([*folder, *db]).transfer(task) if transfer_on else []
+            if not transfer_on:
+                return []
+            records = TuningDatabase([*folder, *db]).transfer(task)
+            if shipped_enabled(shipped) and not any(r.task.op == task.op for r in records):
+                records += shipped_records(task)
+            return records
 
         for s in states:
             s.add(session_of(s).trials)
