@@ -102,6 +102,8 @@ class Knowledge:
 
     def __init__(self, by_class: list[tuple[TargetClass, TuningDatabase]]):
         self.by_class = by_class
+        # the best record of each shipped task (dropped: those of other template versions), by class
+        self._best = [(c, r) for c, db in by_class for key in db.task_keys() if (r := db.best(key)) is not None]
 
     @classmethod
     def load(cls, target: dict[str, Any], data: Path | None = None) -> Knowledge:
@@ -113,16 +115,15 @@ class Knowledge:
 
     def best(self) -> list[tuple[TargetClass, Record]]:
         """The best record of each shipped task (dropped: those of other template versions), by class."""
-        return [(c, db.best(key)) for c, db in self.by_class for key in db.task_keys() if db.best(key) is not None]
+        return list(self._best)
 
     def config_for(self, task: Task, space: ConfigSpace) -> ShippedConfig | None:
         """The shipped config for `task` in `space` (module docstring), None where the knowledge has no task of
         its operator and dtype on `space`'s knobs."""
         names = {knob.name for knob in space.knobs}
-        for target_class, db in self.by_class:
-            same_kind = [r for key in db.task_keys() if (r := db.best(key)) is not None
-                         and (r.task.op, r.task.dtype) == (task.op, task.dtype)
-                         and set(r.input.config.knobs) == names]
+        for target_class, _ in self.by_class:
+            same_kind = [r for c, r in self._best if c == target_class and (r.task.op, r.task.dtype) ==
+                         (task.op, task.dtype) and set(r.input.config.knobs) == names]
             if not same_kind:
                 continue
             exact = [r for r in same_kind if r.task.params == task.params]
