@@ -12,6 +12,7 @@ nearest task's of the same operator and dtype.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ class Knowledge:
         folder of the class files (default: the package's)."""
         folder = data if data is not None else DATA
         found = [(c, folder / f"{c.name}.jsonl") for c in classes_of(target)]
-        return cls([(c, TuningDatabase.open([path])) for c, path in found if path.is_file()])
+        return cls([(c, _class_records(str(path), path.stat().st_mtime_ns)) for c, path in found if path.is_file()])
 
     def best(self) -> list[tuple[TargetClass, Record]]:
         """The best record of each shipped task (dropped: those of other template versions), by class."""
@@ -131,6 +132,12 @@ class Knowledge:
             return ShippedConfig(space.get(space.nearest(record.input.config.knobs)[0]), record, target_class,
                                  bool(exact))
         return None
+
+
+@functools.lru_cache(maxsize=16)
+def _class_records(path: str, mtime_ns: int) -> TuningDatabase:
+    """A class file's records, read once per version of the file (every build of a process asks)."""
+    return TuningDatabase.open([path])
 
 
 def shape_distance(a: Task, b: Task) -> float:

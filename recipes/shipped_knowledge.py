@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 def corpus_tasks(models: list[str], dtypes: list[str]) -> list:
     """The distinct tasks of the corpus models in each dtype, in a fixed order (by model, then first call)."""
-    import torch
+    from bench_model import in_dtype  # benchmarks/bench_model.py
     from models import MODELS  # benchmarks/models.py
 
     from autotune.model import extract_tasks
@@ -38,10 +38,7 @@ def corpus_tasks(models: list[str], dtypes: list[str]) -> list:
     tasks = {}
     for dtype in dtypes:
         for name in models:
-            model, inputs = MODELS[name]()
-            if dtype != "float32":
-                model, inputs = model.to(getattr(torch, dtype)), tuple(x.to(getattr(torch, dtype)) for x in inputs)
-            for task, _ in extract_tasks(model, inputs):
+            for task, _ in extract_tasks(*in_dtype(*MODELS[name](), dtype)):
                 tasks.setdefault(task.key, task)
     return list(tasks.values())
 

@@ -117,7 +117,7 @@ def _product_type(call: Any) -> str | None:
     return "int8" if kind == "int8" and out == "int32" else None
 
 
-def _not_float(call: Any) -> str | None:
+def _type_problem(call: Any) -> str | None:
     """Why a product's types are not those of a task (`_product_type`), or None."""
     if _product_type(call) is None:
         types = sorted({_dtype(call.args[0]), _dtype(call.args[1])})
@@ -154,7 +154,7 @@ def _unsupported(call: Any, shapes: tuple[Any, ...], layouts: tuple[str, str, st
         return "dynamic shape"
     if (a.data_layout, a.kernel_layout, a.out_layout or layouts[2]) != layouts:
         return f"layout {a.data_layout}/{a.kernel_layout}/{a.out_layout} (only {'/'.join(layouts[:2])})"
-    return _not_float(call)
+    return _type_problem(call)
 
 
 def _conv_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site | Skipped:
@@ -400,8 +400,8 @@ def _matmul_site(call: Any, target: dict, lookup: Callable[[Any], Any]) -> Site 
     what = f"matmul {a} @ {b}"
     if a is None or b is None:
         return Skipped(what, "dynamic shape")
-    if _not_float(call):
-        return Skipped(what, _not_float(call))
+    if _type_problem(call):
+        return Skipped(what, _type_problem(call))
     if len(a) < 2 or len(b) < 2:
         return Skipped(what, "vector operand (rank 1)")
     out = _shape(call)

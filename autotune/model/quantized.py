@@ -30,6 +30,7 @@ from ..errors import AutotuneError
 QUANTIZE = "quantize_per_tensor.default"
 DEQUANTIZE = "dequantize_per_tensor.default"
 DEQUANTIZE_CHANNELS = "dequantize_per_channel.default"
+WEIGHT_DEQUANTIZERS = (DEQUANTIZE_CHANNELS, DEQUANTIZE)  # how a quantized weight is dequantized
 VIEWS = ("view.default", "reshape.default", "_unsafe_view.default")  # a tensor's values in another shape
 TYPES = {"torch.uint8": ("uint8", 128), "torch.int8": ("int8", 0)}  # activation type -> (TVM dtype, shift to int8)
 
@@ -131,7 +132,7 @@ def _weight(node: Any, constants: dict[str, np.ndarray], out_axis: int) -> tuple
     """(int8 weight, float32 scale per output channel) of a dequantized constant weight; its output channels
     along `out_axis`."""
     name = _name(node)
-    if name not in (DEQUANTIZE_CHANNELS, DEQUANTIZE) or _kind(node)[0] != "int8":
+    if name not in WEIGHT_DEQUANTIZERS or _kind(node)[0] != "int8":
         raise Unsupported("a weight that is not dequantized from int8")
     weight = _constant(node.args[0], constants, "quantized weight")
     channels = weight.shape[out_axis]
@@ -181,24 +182,30 @@ def _requantized(acc: Any, importer: Any, correction: np.ndarray, scales: np.nda
     return out
 
 
-def _quantized_operands(data: Any, weight: Any) -> bool:
-    """Whether a product's operands are a dequantized activation and a dequantized weight."""
-    return _name(data) == DEQUANTIZE and _name(weight) in (DEQUANTIZE_CHANNELS, DEQUANTIZE)
+def _quantized_operands(data: Any, weight: Any, what: str) -> int:
+    """How many of a product's operands are dequantized (an activation per tensor, a weight); Unsupported where
+    one only is (`what`: the product, in the reason)."""
+    count = (_name(data) == DEQUANTIZE) + (_name(weight) in WEIGHT_DEQUANTIZERS)
+    if count == 1:
+        raise Unsupported(f"a {what} of which one operand only is quantized")
+    return count
 
 
-def _default(node: Any, importer: Any) -> Any:
-    """The importer's own conversion of `node` (its converter before `convert_map` replaced it)."""
-    return importer.create_convert_map()[node.target.__name__](node)
+def _default(node: Any, importer: Any, originals: dict[str, Callable[[Any], Any]]) -> Any:
+    """The importer's own conversion of `node` (its converter before `convert_map` replaced it); `originals`: the
+    importer's converters, filled on first use."""
+    if not originals:
+        originals.update(importer.create_convert_map())
+    return originals[node.target.__name__](node)
 
 
-def _convolution(node: Any, importer: Any, constants: dict[str, np.ndarray]) -> Any:
+def _convolution(node: Any, importer: Any, constants: dict[str, np.ndarray],
+                 originals: dict[str, Callable[[Any], Any]]) -> Any:
     from tvm import relax
 
     data, weight_node, bias = node.args[:3]
-    if not _quantized_operands(data, weight_node):
-        if _name(data) == DEQUANTIZE or _name(weight_node) in (DEQUANTIZE_CHANNELS, DEQUANTIZE):
-            raise Unsupported("a convolution of which one operand only is quantized")
-        return _default(node, importer)
+    if not _quantized_operands(data, weight_node, "convolution"):
+        return _default(node, importer, originals)
     stride, padding, dilation, transposed, _, groups = node.args[3:9]
     weight, w_scales = _weight(weight_node, constants, 0)
     if transposed or weight.ndim != 4:
@@ -212,7 +219,8 @@ def _convolution(node: Any, importer: Any, constants: dict[str, np.ndarray]) -> 
     return _requantized(acc, importer, correction, scale * w_scales, importer.env.get(bias), [1, -1, 1, 1])
 
 
-def _matrix_product(node: Any, importer: Any, constants: dict[str, np.ndarray]) -> Any:
+def _matrix_product(node: Any, importer: Any, constants: dict[str, np.ndarray],
+                    originals: dict[str, Callable[[Any], Any]]) -> Any:
     """addmm(bias, x, w^T) / mm(x, w^T) of a dequantized activation (or a view of one: a linear layer's input of
     more than 2 dimensions, flattened) and a transposed dequantized weight [N, K]."""
     from tvm import relax
@@ -221,13 +229,10 @@ def _matrix_product(node: Any, importer: Any, constants: dict[str, np.ndarray]) 
     bias, data, other = node.args[:3] if with_bias else (None, *node.args[:2])
     source = data.args[0] if _name(data) in VIEWS else data
     weight_node = other.args[0] if _name(other) == "permute.default" and list(other.args[1]) == [1, 0] else other
-    if not (weight_node is not other and _quantized_operands(source, weight_node)):
-        quantized = (_name(source) == DEQUANTIZE) + (_name(weight_node) in (DEQUANTIZE_CHANNELS, DEQUANTIZE))
-        if quantized == 1:
-            raise Unsupported("a matrix product of which one operand only is quantized")
-        if quantized:
-            raise Unsupported("a quantized matrix product of another form than x @ w.T (a linear layer)")
-        return _default(node, importer)
+    if not _quantized_operands(source, weight_node, "matrix product"):
+        return _default(node, importer, originals)
+    if weight_node is other:
+        raise Unsupported("a quantized matrix product of another form than x @ w.T (a linear layer)")
     if with_bias and (node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("beta", 1) != 1):
         raise Unsupported("a quantized addmm with alpha or beta")
     weight, w_scales = _weight(weight_node, constants, 0)
@@ -243,8 +248,8 @@ def _matrix_product(node: Any, importer: Any, constants: dict[str, np.ndarray]) 
 def convert_map(program: Any) -> dict[str, Callable[[Any, Any], Any]]:
     """Converters of a quantized program's nodes for TVM's `from_exported_program(custom_convert_map=...)` (module
     docstring); a product's converter hands a product of operands that are not quantized to the importer's own."""
-    constants = constant_values(program)
-    products = {name: functools.partial(convert, constants=constants) for name, convert in (
+    constants, originals = constant_values(program), {}
+    products = {name: functools.partial(convert, constants=constants, originals=originals) for name, convert in (
         ("convolution.default", _convolution), ("addmm.default", _matrix_product), ("mm.default", _matrix_product))}
     return {**_ON_THEIR_OWN, **products}
 
