@@ -33,7 +33,7 @@ from .files import check_log_path, check_output_path
 from .records import config_key, write_log
 from .task import make_task
 from .templates import resolve, space_of
-from .transfer import transfer_records, transfer_summary
+from .transfer import start_options, transfer_records, transfer_summary
 from .tune import check_search_arguments, default_log_path, ensure_measurable, tune
 from .tuners import learns_from_transfer
 
@@ -168,7 +168,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     transfer = []
     if learns_from_transfer(args.tuner):
         transfer = transfer_records(task, log, args.transfer, shipped_flag(args))
-        print(transfer_summary(task, transfer), file=sys.stderr)
+        options = start_options(task, transfer, args.tuner, options)
+        print(transfer_summary(task, transfer, options), file=sys.stderr)
     remote = runner_from_args(args, options_run)  # None: measure on this machine
     if remote is None:
         ensure_measurable(task)
@@ -299,6 +300,9 @@ def _show_shipped() -> int:
         if dropped := sum(db.stale(key) for key in db.task_keys()):
             print(f"{target_class.name}: {dropped} records of other template versions dropped "
                   "(recipes/shipped_knowledge.py makes them anew)")
+    if (model := knowledge.model()) is not None:
+        print(f"{model[0].name}  cost model {model[1].name}  ({model[1].stat().st_size / 1e3:.0f} kB): tuning starts "
+              "from it where the logs hold none of a task's operator")
     if not shipped:
         print("no knowledge ships for them")
     return 0

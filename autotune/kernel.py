@@ -11,6 +11,7 @@ import numpy as np
 from .errors import AutotuneError
 from .database import TuningDatabase
 from .records import Record
+from .shipped import Knowledge, shipped_enabled
 from .space import Config
 from .target import compile_kernel, use_target_threads
 from .task import Task
@@ -26,6 +27,7 @@ class Kernel:
     record: Record | None
     executable: Any
     template: Any = None  # the Template of `config` (it may take constant operands relaid)
+    source: str = ""  # where `config` came from when not from `record` (the shipped knowledge, a heuristic)
 
     def __post_init__(self):
         use_target_threads(self.task.target)  # once, before the kernel's first run starts TVM's thread pool
@@ -73,11 +75,19 @@ def compile_config(task: Task, config_index: int | None, template_ref: str | Non
     return Kernel(task, cfg, None, compile_kernel(mod, task.target), tmpl)
 
 
-def build_best(log: str | os.PathLike | Sequence[str | os.PathLike] | TuningDatabase, task: Task) -> Kernel:
+def build_best(log: str | os.PathLike | Sequence[str | os.PathLike] | TuningDatabase, task: Task,
+               shipped: bool | None = None) -> Kernel:
     """The best config of `task` in the log(s) (`TuningDatabase.best`: made by the current version of its
-    template), compiled."""
+    template), compiled; where they hold none, the shipped knowledge's (`autotune.shipped`: the same task's, else
+    the nearest task's, measured against the heuristic config where this machine can run it; `shipped` False, or
+    None with AUTOTUNE_NO_SHIPPED=1 set: none, an error), its `source` saying which."""
     db = log if isinstance(log, TuningDatabase) else TuningDatabase.open(log)
     best = db.best(task)
+    if best is None and shipped_enabled(shipped) and (found := shipped_kernel_config(task)) is not None:
+        config, source = found
+        kernel = compile_config(task, config.index)
+        kernel.source = source
+        return kernel
     if best is None:
         stale = db.stale(task)
         stale = (f" ({stale} made by other versions of its template, or by a template not trusted here: tune it "
@@ -87,3 +97,22 @@ def build_best(log: str | os.PathLike | Sequence[str | os.PathLike] | TuningData
     kernel = compile_config(task, best.input.config.index, best.input.template)
     kernel.record = best
     return kernel
+
+
+def shipped_kernel_config(task: Task) -> tuple[Config, str] | None:
+    """(config, where it came from) of the shipped knowledge for `task` (None: it has none): the same task's;
+    the nearest task's where this machine cannot time it or it ran faster than the heuristic config, else that."""
+    from .model.default_schedule import default_template_func
+    from .model.shipped_check import Contest, measurable_here, speedups
+
+    tmpl = default_template(task)
+    found = Knowledge.load(task.target).config_for(task, space_of(tmpl, task))
+    if found is None or found.exact or not measurable_here(task.target):
+        return (found.config, found.describe()) if found is not None else None
+    heuristic = default_template_func(tmpl, task)[1]
+    if heuristic.index == found.config.index:
+        return found.config, found.describe()
+    [ratio] = speedups([Contest(task, found.config, heuristic)])
+    if ratio >= 1.0:
+        return found.config, f"{found.describe()}; {ratio:.2f}x the heuristic config here"
+    return heuristic, f"heuristic (config #{found.config.index} of {found.describe()} ran {ratio:.2f}x its speed here)"

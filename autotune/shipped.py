@@ -1,13 +1,15 @@
 """Tuning knowledge shipped with autotune: for each target class, the best config of every task of a corpus of
-common workloads, as log records (package data: `autotune/shipped/<class>.jsonl`, written by
-`recipes/shipped_knowledge.py`; nothing is downloaded).
+common workloads, as log records, and a cost model trained on all the corpus's records (package data:
+`autotune/shipped/<class>.jsonl` and `<class>.model.json`, written by `recipes/shipped_knowledge.py`; nothing is
+downloaded).
 
 A target class is a kind of machine named by the instructions its configs may use (`CLASSES`). A target may use
 the knowledge of every class whose instructions it has, its own (the most specific) first; knowledge that needs an
 instruction the target lacks is never used. Records of another version of their template are dropped, as in any
 log (`TuningDatabase`). A shipped config is mapped onto a task's space by its knob values (`ConfigSpace.nearest`):
 the same task's where the corpus has it (same operator, shape and dtype, on another CPU of the class), else the
-nearest task's of the same operator and dtype.
+nearest task's of the same operator and dtype. The cost model reads loop-nest features, not knobs, so it stays
+usable when a template changes (it ranks less well until it is trained again).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .space import Config, ConfigSpace
 from .task import Task
 
 DATA = Path(__file__).with_name("shipped")
+MODEL_SUFFIX = ".model.json"  # a class's cost model: <class>.model.json beside <class>.jsonl
 NO_SHIPPED = "AUTOTUNE_NO_SHIPPED"  # set to 1: no shipped knowledge where a call does not say (`shipped_enabled`)
 
 
@@ -101,8 +104,10 @@ class ShippedConfig:
 class Knowledge:
     """The shipped records a target may use, by class (its own first)."""
 
-    def __init__(self, by_class: list[tuple[TargetClass, TuningDatabase]]):
+    def __init__(self, by_class: list[tuple[TargetClass, TuningDatabase]], classes: list[TargetClass] = (),
+                 folder: Path = DATA):
         self.by_class = by_class
+        self.classes, self.folder = list(classes), folder  # the target's classes, own first; the data's folder
         # the best record of each shipped task (dropped: those of other template versions), by class
         self._best = [(c, r) for c, db in by_class for key in db.task_keys() if (r := db.best(key)) is not None]
 
@@ -112,7 +117,13 @@ class Knowledge:
         folder of the class files (default: the package's)."""
         folder = data if data is not None else DATA
         found = [(c, folder / f"{c.name}.jsonl") for c in classes_of(target)]
-        return cls([(c, _class_records(str(path), path.stat().st_mtime_ns)) for c, path in found if path.is_file()])
+        return cls([(c, _class_records(str(path), path.stat().st_mtime_ns)) for c, path in found if path.is_file()],
+                   classes_of(target), folder)
+
+    def model(self) -> tuple[TargetClass, Path] | None:
+        """The shipped cost model of the most specific class that has one, and its file (None: none ships)."""
+        return next(((c, path) for c in self.classes if (path := self.folder / f"{c.name}{MODEL_SUFFIX}").is_file()),
+                    None)
 
     def best(self) -> list[tuple[TargetClass, Record]]:
         """The best record of each shipped task (dropped: those of other template versions), by class."""
@@ -140,7 +151,13 @@ def _class_records(path: str, mtime_ns: int) -> TuningDatabase:
     return TuningDatabase.open([path])
 
 
+WINDOW = frozenset({"R", "S", "stride", "padding", "dilation", "groups"})  # a convolution's window, not its size
+WINDOW_WEIGHT = 4.0  # a stride of 2 for 1 is as far as a 5x larger size: the window changes the loop nest's kind
+
+
 def shape_distance(a: Task, b: Task) -> float:
-    """How far two tasks of one operator are apart: the sum over their parameters of |log2 (x + 1) / (y + 1)|."""
+    """How far two tasks of one operator are apart: the sum over their parameters of |log2 (x + 1) / (y + 1)|,
+    `WINDOW_WEIGHT` times that for a parameter of the window (`WINDOW`)."""
     pa, pb = dict(a.params), dict(b.params)
-    return sum(abs(math.log2((pa.get(k, 0) + 1) / (pb.get(k, 0) + 1))) for k in set(pa) | set(pb))
+    return sum(abs(math.log2((pa.get(k, 0) + 1) / (pb.get(k, 0) + 1))) * (WINDOW_WEIGHT if k in WINDOW else 1.0)
+               for k in set(pa) | set(pb))

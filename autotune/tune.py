@@ -22,6 +22,7 @@ from .session import early_stopping as stop_early
 from .session import progress as progress_callback
 from .task import Task
 from .templates import resolve, space_of
+from .transfer import start_options
 from .tuners import make_tuner, options_type
 
 
@@ -94,17 +95,20 @@ def open_session(task: Task, db: TuningDatabase, measurer: Measurer, tuner: str 
                  callbacks: Sequence[Callback] = STANDARD) -> TuningSession:
     """A tuning session of `task` resumed from `db` (which commits its records), its tuner `tuner` with its
     options and transfer records (or what gives them, asked when the tuner is made: when the search first needs
-    it)."""
+    it); where those hold shipped knowledge, its cost model too (`transfer.start_options`)."""
     template_ref = template or default_template_ref(task.op, task.target_kind)
     tmpl = resolve(template_ref)
     if tmpl.op != task.op or tmpl.target_kind != task.target_kind:
         raise AutotuneError(f"template {template_ref} is for {tmpl.op}/{tmpl.target_kind}, not {task.op}/"
                             f"{task.target_kind}")
     space = space_of(tmpl, task)
-    return TuningSession(task, template_ref, space, tmpl.version, db, measurer,
-                         lambda: make_tuner(tuner, task, space, template_ref, seed=seed, options=tuner_options,
-                                            transfer=transfer() if callable(transfer) else transfer, cache=cache),
-                         list(callbacks))
+
+    def made():
+        records = transfer() if callable(transfer) else transfer
+        return make_tuner(tuner, task, space, template_ref, seed=seed, cache=cache, transfer=records,
+                          options=start_options(task, records, tuner, tuner_options) if records else tuner_options)
+
+    return TuningSession(task, template_ref, space, tmpl.version, db, measurer, made, list(callbacks))
 
 
 def tune(task: Task, trials: int = 200, tuner: str = "random", log: str | Path | None = None, seed: int = 0,

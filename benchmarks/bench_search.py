@@ -44,11 +44,19 @@ TASKS = {
 OTHER_TASKS = {  # shapes outside the four, for A/B runs and kernel comparisons (ab_search.py, bench_kernels.py)
     "dense 128x768->1001": ("dense", "batch=128,in_features=768,out_features=1001"),  # N = 7 x 11 x 13: no 8 divides
 }
-METHODS = {  # name -> (tuner, tuner options, uses transfer)
-    "random": ("random", None, False),
-    "xgb-loop": ("xgb", XGBOptions(features="loop"), False),
-    "xgb-knob": ("xgb", XGBOptions(features="knob"), False),
-    "xgb-transfer": ("xgb", XGBOptions(features="loop"), True),
+WARM_TASKS = {  # shapes the shipped knowledge's corpus (recipes/shipped_knowledge.py) does not hold
+    "conv2d 96x40x40 3x3 ->160": ("conv2d", "N=1,C=96,H=40,W=40,K=160,R=3,S=3,stride=1,padding=1"),
+    "conv2d 200x20x20 1x1 ->336": ("conv2d", "N=1,C=200,H=20,W=20,K=336,R=1,S=1,stride=1,padding=0"),
+    "dense 50x1000->1500": ("dense", "batch=50,in_features=1000,out_features=1500"),
+}
+SEARCH_TASKS = {**TASKS, **OTHER_TASKS, **WARM_TASKS}  # --tasks may name these
+METHODS = {  # name -> (tuner, tuner options, what it transfers from: "" nothing, "logs" other tasks' logs,
+    #                   "shipped" the shipped knowledge, its configs and its cost model: autotune.transfer)
+    "random": ("random", None, ""),
+    "xgb-loop": ("xgb", XGBOptions(features="loop"), ""),
+    "xgb-knob": ("xgb", XGBOptions(features="knob"), ""),
+    "xgb-transfer": ("xgb", XGBOptions(features="loop"), "logs"),
+    "xgb-shipped": ("xgb", XGBOptions(features="loop"), "shipped"),
 }
 MODEL_LOGS = "benchmarks/work/models"  # bench_model.py's logs
 RETIME_SHARE = 0.85  # configs first measured at this share of the best any run found or more are timed again
@@ -258,27 +266,29 @@ def run_curves(args, work: Path):
     from autotune import make_task, tune
     from autotune.measure import LocalBuilder, LocalRunner
     from autotune.measure.replay import ReplayBuilder, ReplayRunner, config_index
+    from autotune.transfer import shipped_records
 
     builder, runner = LocalBuilder(), LocalRunner()
-    tasks = {label: make_task(*TASKS[label]) for label in args.tasks}
+    tasks = {label: make_task(*SEARCH_TASKS[label]) for label in args.tasks}
     known = {label: first_measurements(work / task.key) for label, task in tasks.items()}
     runs: dict[str, dict[str, list]] = {label: {} for label in tasks}  # label -> method -> each seed's records
     curves: dict[str, dict[str, list[list[float]]]] = {}  # label -> method -> best so far, one list per seed
     samples: dict[str, dict[str, list[list[float]]]] = {}  # the same, GFLOPS of each trial
     drift: dict[str, dict[str, list[float]]] = {}  # label -> method -> re-timed / first GFLOPS of its re-timed configs
     transfer_work = Path(args.transfer_work) if args.transfer_work else work
-    pretraining: dict[str, list] = {}  # label -> its transfer records, read once for all seeds
+    pretraining: dict[tuple[str, str], list] = {}  # (label, source) -> its transfer records, read once for all seeds
 
     def job(method: str, label: str, seed: int):
         tuner, options, transfer = METHODS[method]
         task, tdir = tasks[label], work / tasks[label].key
 
         def run(wrap=lambda r: r):
-            if transfer and label not in pretraining:
-                pretraining[label] = transfer_records(transfer_work, task, Path(args.model_logs))
+            if transfer and (label, transfer) not in pretraining:
+                pretraining[label, transfer] = (shipped_records(task) if transfer == "shipped" else
+                                                transfer_records(transfer_work, task, Path(args.model_logs)))
             t0 = time.time()
             res = tune(task, trials=budget(args, method), tuner=tuner, log=tdir / f"{method}-s{seed}.jsonl",
-                       seed=seed, tuner_options=options, transfer=pretraining[label] if transfer else (),
+                       seed=seed, tuner_options=options, transfer=pretraining[label, transfer] if transfer else (),
                        builder=ReplayBuilder(known[label], builder, config_index),
                        runner=wrap(ReplayRunner(known[label], runner, config_index)), retime=0)
             print(f"{label:22s} {method:13s} seed {seed}: best {res.best.gflops() if res.best else 0:6.1f} "
@@ -368,11 +378,12 @@ def efficiency_table(curves, samples) -> list[str]:
 
     methods = list(next(iter(curves.values())))
     with_random = "random" in methods
+    warm = [m for m in methods if METHODS[m][2]]  # the methods that transfer, each compared with a cold start
     rows = ["| task | 95% of best any (GFLOPS) | " + " | ".join(f"{m}: trials (median of seeds) / final best"
                                                              for m in methods)
             + (" | random: expected trials (1/p) | xgb-loop vs random" if with_random else "")
-            + " | xgb-transfer vs xgb-loop |",
-            "|---" * (3 + 2 * with_random + len(methods)) + "|"]
+            + "".join(f" | {m} vs xgb-loop" for m in warm) + " |",
+            "|---" * (2 + 2 * with_random + len(methods) + len(warm)) + "|"]
     for label, by_method in curves.items():
         target = 0.95 * max(max(c[-1] for c in cs) for cs in by_method.values())
         cells, medians, budgets = [], {}, {}
@@ -390,8 +401,8 @@ def efficiency_table(curves, samples) -> list[str]:
         exp_cell = f"{expected:.0f} ({hits} of {len(rand)} samples)" if hits else f"> {len(rand)} (0 of {len(rand)})"
         versus_random = (f" | {exp_cell} | {_ratio(medians.get('xgb-loop'), expected, len(rand))}" if with_random
                          else "")
-        rows.append(f"| {label} | {target:.0f} | " + " | ".join(cells) + versus_random + " | "
-                    f"{_ratio(medians.get('xgb-transfer'), medians.get('xgb-loop'), budgets.get('xgb-loop'))} |")
+        rows.append(f"| {label} | {target:.0f} | " + " | ".join(cells) + versus_random + "".join(
+            f" | {_ratio(medians.get(m), medians.get('xgb-loop'), budgets.get('xgb-loop'))}" for m in warm) + " |")
     return rows
 
 
@@ -451,7 +462,7 @@ def model_quality(work: Path, labels, extra_logs: list[Path] = ()) -> list[str]:
 
     by_task = {}
     for label in labels:
-        task = make_task(*TASKS[label])
+        task = make_task(*SEARCH_TASKS[label])
         records, drawn = search_records(work, task)
         by_task[label] = (task.key, records, [r for r in drawn if r.result.ok])
     extra = load_records(list(extra_logs)) if extra_logs else []
@@ -550,7 +561,7 @@ def extraction_speed(labels, n: int = 192) -> list[str]:
             "|---|---|---|---|---|"]
     with FeaturePool(workers=2) as pool:
         for label in labels:
-            task = make_task(*TASKS[label])
+            task = make_task(*SEARCH_TASKS[label])
             template = default_template(task)
             space = space_of(template, task)
             idx = space.sample(np.random.default_rng(0), n)
@@ -584,7 +595,7 @@ def kernel_quality(args, work: Path) -> list[str]:
     notes = []
     ratios_t, ratios_ms = [], []
     for label, seed in ((label, seed) for label in args.tasks for seed in args.quality_seeds):
-        task = make_task(*TASKS[label])
+        task = make_task(*SEARCH_TASKS[label])
         saved = quality_file(work / task.key, args.quality_trials, args.ms_trials, seed)
         if not saved.exists():
             times = time_quality_kernels(args, work, label, task, seed)
@@ -657,15 +668,15 @@ def time_quality_kernels(args, work: Path, label: str, task, seed: int = 0) -> d
     with tempfile.TemporaryDirectory() as tmp:
         best = build_best(log, task)
         best.executable.export_library(f"{tmp}/ours.so")
-        commands = {"ours": ["tvm", f"{tmp}/ours.so", *TASKS[label], "--config", str(best.config.index)],
-                    "torch": ["torch", *TASKS[label], *["--prepacked"] * weight]}
+        commands = {"ours": ["tvm", f"{tmp}/ours.so", *SEARCH_TASKS[label], "--config", str(best.config.index)],
+                    "torch": ["torch", *SEARCH_TASKS[label], *["--prepacked"] * weight]}
         if ms is not None:
             ms[0].export_library(f"{tmp}/ms.so")
             relaid = ms[1](random_inputs(task.opdef, task.shape, task.dtype, INPUT_SEED))
             np.savez(f"{tmp}/ms.npz", **{f"arg{i}": a for i, a in enumerate(relaid)})
-            commands["ms"] = ["tvm", f"{tmp}/ms.so", *TASKS[label], "--inputs", f"{tmp}/ms.npz"]
+            commands["ms"] = ["tvm", f"{tmp}/ms.so", *SEARCH_TASKS[label], "--inputs", f"{tmp}/ms.npz"]
         if weight:
-            commands["per_call"] = ["torch", *TASKS[label]]  # F.linear / F.conv2d: no weight packed ahead
+            commands["per_call"] = ["torch", *SEARCH_TASKS[label]]  # F.linear / F.conv2d: no weight packed ahead
         return dict(zip(commands, isolated_best_of(list(commands.values()), rounds=5)))
 
 
@@ -675,7 +686,7 @@ def main() -> None:
     ap.add_argument("--method-trials", type=_method_trials, nargs="*", default=[], metavar="METHOD=TRIALS",
                     help="a longer (or shorter) budget for some methods, e.g. xgb-loop=128")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(SEARCH_TASKS))
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--quality-trials", type=int, default=0, help="also tune xgb this long and compare kernels")
     ap.add_argument("--quality-only", action="store_true", help="only the kernel comparison (no curves)")
@@ -780,7 +791,11 @@ def search_section(args, work: Path) -> str:
         + (f" in `{args.transfer_work}`" if args.transfer_work else "") + " and on the logs of other tasks in "
         f"`{args.model_logs}` ({len(list(Path(args.model_logs).glob('*.jsonl')))} files; by default the model "
         "benchmark's), never on the task "
-        "itself." + ((" Leave-one-task-out models also train on those logs"
+        "itself."
+        + (" xgb-shipped starts from the knowledge autotune ships for this machine's class (`autotune.transfer`): "
+           "the best configs of the corpus's tasks of the task's operator, measured first by example, and the "
+           "class's cost model, which its fits continue from." if "xgb-shipped" in args.methods else "")
+        + ((" Leave-one-task-out models also train on those logs"
                      + (f" and on the `--extra-logs` ({len(args.extra_logs)} files)" if args.extra_logs else "") + ".")
                     if len(args.tasks) > 1 else ""), "",
         "### Sample efficiency", "", *efficiency_table(curves, samples), "",

@@ -9,6 +9,10 @@ Each factory returns (module in eval mode, example inputs):
                       convolution module (pointwise, depthwise k=31, pointwise), 1 s of 16 kHz audio (1x16000)
   dcgan_generator     DCGAN's generator (transposed convolutions 4x4, stride 2, batch norms), 1x100x1x1 -> 1x3x64x64
   video_blocks        R3D-18's stem (3x7x7 conv3d) and first stage (two 3x3x3 basic blocks), 8 frames of 56x56
+  resnet50            ResNet-50 (bottleneck blocks: 1x1, 3x3, 1x1), 1x3x224x224
+  gpt_prefill         a GPT-2-style decoder block (d_model 768, 12 heads, causal attention, GELU MLP), a 128-token
+                      prompt, batch 1
+  gpt_decode          the same block decoding one token against a 128-token key/value cache
 """
 
 from __future__ import annotations
@@ -60,6 +64,58 @@ class ResNet18(Classifier):
             layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
             cin = cout
         super().__init__(stem, layers, cin, classes)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin: int, width: int, stride: int):
+        super().__init__()
+        cout = width * 4
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+
+class ResNet50(Classifier):
+    def __init__(self, classes: int = 1000):
+        layers, cin = [], 64
+        for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+            for i in range(blocks):
+                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                cin = width * 4
+        super().__init__(resnet_stem(), layers, cin, classes)
+
+
+class GPTBlock(nn.Module):
+    """GPT-2's decoder block (pre-norm, fused query/key/value projection, causal attention, GELU MLP). forward(x,
+    past_k, past_v): x [batch, new tokens, dim] attends to the cached keys/values [batch, heads, past, head_dim]
+    and to the new tokens before it; returns the block's output and the updated cache."""
+
+    def __init__(self, dim: int = 768, heads: int = 12):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate="tanh"), nn.Linear(4 * dim, dim))
+
+    def forward(self, x, past_k, past_v):
+        b, t, d = x.shape
+        q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for y in self.qkv(self.ln1(x)).split(d, dim=2))
+        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        scores = q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5
+        past = k.shape[2] - t
+        causal = torch.ones(t, k.shape[2], dtype=torch.bool).tril(past)
+        scores = scores.masked_fill(~causal, float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x)), k, v
 
 
 class InvertedResidual(nn.Module):
@@ -228,6 +284,25 @@ def video_blocks():
     return _ready(video_blocks_module()), (torch.randn(1, 3, 8, 56, 56),)
 
 
+def resnet50():
+    torch.manual_seed(0)
+    return _ready(ResNet50()), (torch.randn(1, 3, 224, 224),)
+
+
+def _gpt(tokens: int, past: int):
+    torch.manual_seed(0)
+    cache = torch.randn(1, 12, past, 64)
+    return _ready(GPTBlock()), (torch.randn(1, tokens, 768), cache, cache.clone())
+
+
+def gpt_prefill():
+    return _gpt(128, 0)
+
+
+def gpt_decode():
+    return _gpt(1, 128)
+
+
 MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks,
           "resnext_blocks": resnext_blocks, "speech_frontend": speech_frontend, "dcgan_generator": dcgan_generator,
-          "video_blocks": video_blocks}
+          "video_blocks": video_blocks, "resnet50": resnet50, "gpt_prefill": gpt_prefill, "gpt_decode": gpt_decode}

@@ -10,6 +10,7 @@ inlined into its write-back, generic schedules for the remaining functions -> co
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from ..database import TuningDatabase
 from ..errors import AutotuneError
 from ..gpu_limits import check_config
 from ..records import Record
-from ..shipped import Knowledge, shipped_enabled
+from ..shipped import Knowledge, ShippedConfig, shipped_enabled
 from ..space import Config
 from ..target import kernel_threads, to_tvm_target, use_target_threads, vector_unit
 from ..task import Task
@@ -36,6 +37,7 @@ from .gpu_schedule import bind_block, gpu_generic_schedule
 from .library import ThreadVMs, numpy_outputs
 from .reshapes import sink_reshapes
 from .rewrite import visit_functions
+from .shipped_check import Contest, measurable_here, speedups
 
 
 @dataclass(frozen=True)
@@ -49,13 +51,16 @@ class KernelChoice:
     gflops: float = 0.0  # from the log, when tuned
     reason: str = ""  # why the default schedule was used
     shipped: str = ""  # where its shipped config came from (`ShippedConfig.describe`), when it has one
+    nearest: bool = False  # its shipped config is another task's, mapped onto this one's space
+    vs_heuristic: float = 0.0  # that config's speed over the heuristic one's, measured at build (0: not measured)
 
     def line(self) -> str:
         head = f"{self.task} x{self.weight}"
         if self.tuned:
             return f"tuned    {head}: config #{self.config_index}, {self.gflops:.1f} GFLOPS in the log"
         if self.shipped:
-            return f"shipped  {head}: config #{self.config_index} of {self.shipped} ({self.reason})"
+            measured = f"; {self.vs_heuristic:.2f}x the heuristic config here" if self.vs_heuristic else ""
+            return f"shipped  {head}: config #{self.config_index} of {self.shipped} ({self.reason}{measured})"
         return f"default  {head}: heuristic config #{self.config_index} ({self.reason})"
 
 
@@ -194,21 +199,48 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
     shipped = _shipped_kernel(tmpl, task, knowledge) if knowledge is not None else None
     if shipped is not None:
         kernel, source = shipped
-        return kernel, KernelChoice(task, weight, False, kernel.config.index, 0.0, reason, source)
+        return kernel, KernelChoice(task, weight, False, kernel.config.index, 0.0, reason, source.describe(),
+                                    not source.exact)
+    return _heuristic_kernel(task, weight, reason)
+
+
+def _heuristic_kernel(task: Task, weight: int, reason: str) -> tuple[ModelKernel, KernelChoice]:
+    tmpl = default_template(task)
     func, cfg = default_template_func(tmpl, task)
     return ModelKernel(func, tmpl, cfg), KernelChoice(task, weight, False, cfg.index, 0.0, reason)
 
 
-def _shipped_kernel(tmpl: Any, task: Task, knowledge: Knowledge) -> tuple[ModelKernel, str] | None:
-    """(kernel, where its config came from) of the shipped knowledge's config for `task`, None where it has none
-    or the target cannot run it (a GPU's limits, a schedule the template refuses)."""
+def _shipped_kernel(tmpl: Any, task: Task, knowledge: Knowledge) -> tuple[ModelKernel, ShippedConfig] | None:
+    """(kernel, the shipped config and where it came from) of the shipped knowledge's config for `task`, None where
+    it has none or the target cannot run it (a GPU's limits, a schedule the template refuses)."""
     shipped = knowledge.config_for(task, space_of(tmpl, task))
     if shipped is None or (task.target_kind == "cuda" and check_config(task, tmpl, shipped.config) is not None):
         return None
     try:
-        return ModelKernel(tmpl.kernel(task, shipped.config)["main"], tmpl, shipped.config), shipped.describe()
+        return ModelKernel(tmpl.kernel(task, shipped.config)["main"], tmpl, shipped.config), shipped
     except Exception:  # noqa: BLE001 - a config mapped from another task that this one's schedule refuses
         return None
+
+
+def check_nearest_shipped(kernels: dict[str, ModelKernel], choices: list[KernelChoice]) -> list[KernelChoice]:
+    """The choices after each nearest task's shipped config was measured against the heuristic config
+    (`shipped_check`): the heuristic kernel replaces a shipped one that ran slower (in `kernels` too)."""
+    contests = {}
+    for i, choice in enumerate(choices):
+        if choice.shipped and choice.nearest:
+            _, default = default_template_func(default_template(choice.task), choice.task)
+            if default.index != choice.config_index:
+                contests[i] = Contest(choice.task, kernels[choice.task.key].config, default)
+    out = list(choices)
+    for i, ratio in zip(contests, speedups(list(contests.values()))):
+        choice = choices[i]
+        if ratio >= 1.0:
+            out[i] = dataclasses.replace(choice, vs_heuristic=ratio)
+            continue
+        why = ("failed here" if ratio == 0.0 else f"ran {ratio:.2f}x the heuristic config's speed here")
+        kernels[choice.task.key], out[i] = _heuristic_kernel(
+            choice.task, choice.weight, f"{choice.reason}; config #{choice.config_index} of {choice.shipped} {why}")
+    return out
 
 
 # ---- rewriting the Relax module -----------------------------------------------------------
@@ -381,5 +413,7 @@ def lower_captured(captured: Captured, target: dict, records: TuningDatabase | I
         task.opdef.template_ref(task.target_kind)  # fail early without a template
         kernels[task.key], choice = kernel_for(task, weight, best, stale, knowledge)
         report.kernels.append(choice)
+    if knowledge is not None and measurable_here(target):
+        report.kernels = check_nearest_shipped(kernels, report.kernels)
     mod, report.generic = lower_model(captured.mod, target, kernels, to_tvm_target(target), fuse)
     return mod, report

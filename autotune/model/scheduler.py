@@ -27,7 +27,7 @@ from ..retime import RETIMES
 from ..session import Measurer, TuningSession
 from ..task import Task
 from ..shipped import shipped_enabled
-from ..transfer import shipped_records, transfer_logs
+from ..transfer import shipped_records, start_options, transfer_logs, transfer_summary
 from ..tune import ensure_measurable, open_session
 from ..tuners import learns_from_transfer
 from .extract import extract_tasks
@@ -164,8 +164,10 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
             if not transfer_on:
                 return []
             records = TuningDatabase([*folder, *db]).transfer(task)
-            if shipped_enabled(shipped) and not any(r.task.op == task.op for r in records):
-                records += shipped_records(task)
+            if shipped_enabled(shipped) and not any(r.task.op == task.op for r in records) and (
+                    extra := shipped_records(task)):
+                records += extra
+                say(f"{task}: {transfer_summary(task, records, start_options(task, records, tuner, tuner_options))}")
             return records
 
         for s in states:

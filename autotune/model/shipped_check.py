@@ -1,0 +1,58 @@
+"""A shipped config mapped from another task (the corpus's nearest one: `autotune.shipped`) is measured against
+the heuristic config before a build trusts it, where that is cheap: the build's target is a CPU this machine can
+run (its instructions are this machine's). Both kernels are built and timed in worker processes, each checked
+against the reference, as a tuning trial is; the faster one is built. A config of the same task, measured on a
+machine of the class, is trusted as it is."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..measure import LocalBuilder, LocalRunner, MeasureInput, RunnerOptions
+from ..operators import default_template_ref
+from ..space import Config
+from ..target import cpu_features, host_cores, host_llvm_target
+from ..task import Task
+
+TIMING = RunnerOptions(repeat=3, min_repeat_ms=20.0)  # a ranking of two kernels, not a record of their speed
+
+
+@dataclass(frozen=True)
+class Contest:
+    """A task's shipped config (mapped from another task) against its heuristic one."""
+
+    task: Task
+    shipped: Config
+    heuristic: Config
+
+
+def measurable_here(target: dict[str, Any]) -> bool:
+    """Whether this machine can time kernels built for `target`: a CPU target whose instructions it has."""
+    return target.get("kind") == "llvm" and cpu_features(target) <= cpu_features(host_llvm_target())
+
+
+def speedups(contests: Sequence[Contest]) -> list[float]:
+    """For each contest, the shipped config's speed over the heuristic one's (its time over the shipped one's),
+    measured here: 0 where the shipped kernel failed (to build, to run, or to match the reference), inf where the
+    heuristic one did."""
+    if not contests:
+        return []
+    inputs = [MeasureInput(c.task, cfg, default_template_ref(c.task.op, c.task.target_kind))
+              for c in contests for cfg in (c.shipped, c.heuristic)]
+    threads = min(int(contests[0].task.target.get("num-cores", 0) or 0), host_cores())
+    builder, runner = LocalBuilder(), LocalRunner(dataclasses.replace(TIMING, threads=threads))
+    try:
+        results = runner.run(inputs, builder.build(inputs))
+    finally:
+        builder.close()
+        runner.close()
+    out = []
+    for shipped, heuristic in zip(results[::2], results[1::2]):
+        if not shipped.ok:
+            out.append(0.0)
+        else:
+            out.append(heuristic.mean_s / shipped.mean_s if heuristic.ok else float("inf"))
+    return out
