@@ -15,7 +15,6 @@ usable when a template changes (it ranks less well until it is trained again).
 from __future__ import annotations
 
 import functools
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 from .database import TuningDatabase
 from .records import Record
 from .space import Config, ConfigSpace
-from .task import Task
+from .task import Task, shape_distance
 
 DATA = Path(__file__).with_name("shipped")
 MODEL_SUFFIX = ".model.json"  # a class's cost model: <class>.model.json beside <class>.jsonl
@@ -149,15 +148,3 @@ class Knowledge:
 def _class_records(path: str, mtime_ns: int) -> TuningDatabase:
     """A class file's records, read once per version of the file (every build of a process asks)."""
     return TuningDatabase.open([path])
-
-
-WINDOW = frozenset({"R", "S", "stride", "padding", "dilation", "groups"})  # a convolution's window, not its size
-WINDOW_WEIGHT = 4.0  # a stride of 2 for 1 is as far as a 5x larger size: the window changes the loop nest's kind
-
-
-def shape_distance(a: Task, b: Task) -> float:
-    """How far two tasks of one operator are apart: the sum over their parameters of |log2 (x + 1) / (y + 1)|,
-    `WINDOW_WEIGHT` times that for a parameter of the window (`WINDOW`)."""
-    pa, pb = dict(a.params), dict(b.params)
-    return sum(abs(math.log2((pa.get(k, 0) + 1) / (pb.get(k, 0) + 1))) * (WINDOW_WEIGHT if k in WINDOW else 1.0)
-               for k in set(pa) | set(pb))

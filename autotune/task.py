@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,3 +102,16 @@ def _check_dtype_template(opdef: OpDef, dtype: str, kind: str) -> None:
     if not takes(opdef):
         have = ", ".join(op.name for op in OPS.values() if takes(op)) or "none"
         raise AutotuneError(f"no {dtype} template for {opdef.name} on {kind} yet ({dtype} on {kind}: {have})")
+
+
+WINDOW = frozenset({"R", "S", "stride", "padding", "dilation", "groups"})  # a convolution's window, not its size
+WINDOW_WEIGHT = 4.0  # a stride of 2 for 1 is as far as a 5x larger size: the window changes the loop nest's kind
+
+
+def shape_distance(a: Task, b: Task) -> float:
+    """How far two tasks of one operator are apart (the nearest one's configs are the likeliest to transfer): the
+    sum over their parameters of |log2 (x + 1) / (y + 1)|, `WINDOW_WEIGHT` times that for a parameter of the window
+    (`WINDOW`)."""
+    pa, pb = dict(a.params), dict(b.params)
+    return sum(abs(math.log2((pa.get(k, 0) + 1) / (pb.get(k, 0) + 1))) * (WINDOW_WEIGHT if k in WINDOW else 1.0)
+               for k in set(pa) | set(pb))

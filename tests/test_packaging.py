@@ -48,7 +48,7 @@ def test_the_wheel_holds_every_package_directory(wheel):
 def test_the_wheel_holds_package_data_entry_points_and_the_version(wheel):
     names = wheel.namelist()
     assert "autotune/schemas/record.schema.json" in names
-    shipped = sorted(p.name for p in (ROOT / "autotune" / "shipped").glob("*.jsonl"))
+    shipped = sorted(p.name for p in (ROOT / "autotune" / "shipped").glob("*.json*"))  # configs, cost models
     assert [n for n in shipped if f"autotune/shipped/{n}" not in names] == []  # the shipped knowledge, all of it
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     assert re.search(rf"^Version: {re.escape(autotune.__version__)}$", wheel.read(meta).decode(), re.M)

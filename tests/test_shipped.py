@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from autotune.records import write_log
-from autotune.shipped import CLASSES, MODEL_SUFFIX, Knowledge, classes_of, shape_distance
+from autotune.shipped import CLASSES, MODEL_SUFFIX, Knowledge, classes_of
 from autotune.target import host_llvm_target
-from autotune.task import make_task
+from autotune.task import make_task, shape_distance
 from autotune.tune import tune
 from cost_models import train_from_records
 from conftest import UNHURRIED

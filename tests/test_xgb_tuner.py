@@ -414,7 +414,7 @@ def test_batches_try_the_incumbent_with_other_register_tiles():
     assert sum(a != b for a, b in zip(MM_SPACE.digits(batch[0]), MM_SPACE.digits(batch[1]))) >= 2
 
 
-def test_donor_configs_take_the_other_tasks_fastest_configs_in_turn_same_operator_first():
+def test_donor_configs_take_the_other_tasks_fastest_configs_in_turn_same_operator_nearest_first():
     from autotune.tuners.elites import donor_configs
 
     conv_space = TOY_CONV2D.define_space(TINY_CONV)
@@ -436,6 +436,10 @@ def test_donor_configs_take_the_other_tasks_fastest_configs_in_turn_same_operato
     assert got[:4] == [a[0], b[0], a[1], b[1]]  # the two matmul tasks in turn; the conv2d's knobs differ
     assert len(got) == len(a) + len(b)  # failed configs and the task's own records left out
     assert all(len(v) == 1 for v in got)  # same template: every value has its match
+    near_third = make_task("matmul", {"M": 64, "N": 256, "K": 160})  # nearer `third` than OTHER_MM: its first
+    space = TOY_MATMUL.define_space(near_third)
+    fastest = min((r for r in more if r.result.ok), key=lambda r: r.result.mean_s)
+    assert donor_configs(near_third, space, other + more)[0] == space.nearest(fastest.input.config.knobs)
 
 
 def test_first_batch_starts_with_the_fastest_configs_of_other_tasks_mapped():

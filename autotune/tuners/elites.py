@@ -12,17 +12,18 @@ from collections.abc import Iterable
 
 from ..records import Record
 from ..space import ConfigSpace
-from ..task import Task
+from ..task import Task, shape_distance
 
 
 def donor_configs(task: Task, space: ConfigSpace, records: Iterable[Record]) -> list[list[int]]:
     """For each config of the other tasks whose template has this space's knobs, fastest first per task and the
-    tasks taken in turn (those of `task`'s operator first), the configs of `space` nearest to it (a choice value
-    this space lacks leaves several). A config with a failed measurement is left out."""
+    tasks taken in turn (those of `task`'s operator and dtype first, the nearest in shape first: `shape_distance`),
+    the configs of `space` nearest to it (a choice value this space lacks leaves several). A config with a failed
+    measurement is left out."""
     names = {knob.name for knob in space.knobs}
     best: dict[str, dict[int, float]] = {}  # task key -> config index -> least seconds
     knobs: dict[tuple[str, int], dict] = {}
-    ops: dict[str, str] = {}
+    tasks: dict[str, Task] = {}
     failed: set[tuple[str, int]] = set()
     for r in records:
         if r.task.key == task.key or set(r.input.config.knobs) != names:
@@ -33,8 +34,10 @@ def donor_configs(task: Task, space: ConfigSpace, records: Iterable[Record]) -> 
             continue
         table = best.setdefault(r.task.key, {})
         table[key[1]] = min(table.get(key[1], float("inf")), r.result.mean_s)
-        knobs[key], ops[r.task.key] = r.input.config.knobs, r.task.op
-    order = sorted(best, key=lambda k: ops[k] != task.op)
+        knobs[key], tasks[r.task.key] = r.input.config.knobs, r.task
+    kind = (task.op, task.dtype)
+    order = sorted(best, key=lambda k: ((tasks[k].op, tasks[k].dtype) != kind,
+                                        shape_distance(tasks[k], task) if tasks[k].op == task.op else 0.0))
     ranked = [[i for i in sorted(best[k], key=best[k].get) if (k, i) not in failed] for k in order]
     out: list[list[int]] = []
     for rank in range(max(map(len, ranked), default=0)):
