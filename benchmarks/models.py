@@ -13,6 +13,9 @@ Each factory returns (module in eval mode, example inputs):
   gpt_prefill         a GPT-2-style decoder block (d_model 768, 12 heads, causal attention, GELU MLP), a 128-token
                       prompt, batch 1
   gpt_decode          the same block decoding one token against a 128-token key/value cache
+  efficientnet_b0     EfficientNet-B0 (MBConv blocks: depthwise 3x3 and 5x5, squeeze-and-excitation, SiLU),
+                      1x3x224x224
+  vit_b16             ViT-B/16 (16x16 patches, 12 pre-norm encoder layers of d_model 768), 1x3x224x224
 """
 
 from __future__ import annotations
@@ -116,6 +119,64 @@ class GPTBlock(nn.Module):
         y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
         return x + self.mlp(self.ln2(x)), k, v
+
+
+class MBConv(nn.Module):
+    """EfficientNet's block: 1x1 expansion (unless `expand` is 1), depthwise k x k, squeeze-and-excitation on a
+    quarter of the input channels, 1x1 projection; a residual add where the shape is kept."""
+
+    def __init__(self, cin: int, cout: int, k: int, stride: int, expand: int):
+        super().__init__()
+        hidden, squeeze = cin * expand, max(1, cin // 4)
+        self.expand = (nn.Sequential(nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.SiLU())
+                       if expand != 1 else nn.Identity())
+        self.depthwise = nn.Sequential(nn.Conv2d(hidden, hidden, k, stride, k // 2, groups=hidden, bias=False),
+                                       nn.BatchNorm2d(hidden), nn.SiLU())
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(hidden, squeeze, 1), nn.SiLU(),
+                                nn.Conv2d(squeeze, hidden, 1), nn.Sigmoid())
+        self.project = nn.Sequential(nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.depthwise(self.expand(x))
+        y = self.project(y * self.se(y))
+        return x + y if self.residual else y
+
+
+class EfficientNetB0(Classifier):
+    STAGES = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+              (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]  # expand, kernel, stride, channels out, blocks
+
+    def __init__(self, classes: int = 1000):
+        stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.SiLU())
+        layers, cin = [], 32
+        for expand, k, stride, cout, blocks in self.STAGES:
+            for i in range(blocks):
+                layers.append(MBConv(cin, cout, k, stride if i == 0 else 1, expand))
+                cin = cout
+        layers.append(nn.Sequential(nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.SiLU()))
+        super().__init__(stem, layers, 1280, classes)
+
+
+class ViT(nn.Module):
+    """ViT-B/16: 16x16 patches embedded by a strided convolution, a class token, learned positions, pre-norm
+    encoder layers, the class token's features classified."""
+
+    def __init__(self, image: int = 224, patch: int = 16, dim: int = 768, depth: int = 12, heads: int = 12,
+                 classes: int = 1000):
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        self.encoder = nn.Sequential(*(nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, activation="gelu",
+                                                                  batch_first=True, norm_first=True)
+                                       for _ in range(depth)))
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        return self.head(self.norm(self.encoder(x))[:, 0])
 
 
 class InvertedResidual(nn.Module):
@@ -303,6 +364,17 @@ def gpt_decode():
     return _gpt(1, 128)
 
 
+def efficientnet_b0():
+    torch.manual_seed(0)
+    return _ready(EfficientNetB0()), (torch.randn(1, 3, 224, 224),)
+
+
+def vit_b16():
+    torch.manual_seed(0)
+    return _ready(ViT()), (torch.randn(1, 3, 224, 224),)
+
+
 MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks,
           "resnext_blocks": resnext_blocks, "speech_frontend": speech_frontend, "dcgan_generator": dcgan_generator,
-          "video_blocks": video_blocks, "resnet50": resnet50, "gpt_prefill": gpt_prefill, "gpt_decode": gpt_decode}
+          "video_blocks": video_blocks, "resnet50": resnet50, "gpt_prefill": gpt_prefill, "gpt_decode": gpt_decode,
+          "efficientnet_b0": efficientnet_b0, "vit_b16": vit_b16}
