@@ -103,7 +103,7 @@ def shipped_kernel_config(task: Task) -> tuple[Config, str] | None:
     """(config, where it came from) of the shipped knowledge for `task` (None: it has none): the same task's;
     the nearest task's where this machine cannot time it or it ran faster than the heuristic config, else that."""
     from .model.default_schedule import default_template_func
-    from .model.shipped_check import Contest, measurable_here, speedups
+    from .model.shipped_check import Contest, measurable_here, verdicts
 
     tmpl = default_template(task)
     found = Knowledge.load(task.target).config_for(task, space_of(tmpl, task))
@@ -112,7 +112,7 @@ def shipped_kernel_config(task: Task) -> tuple[Config, str] | None:
     heuristic = default_template_func(tmpl, task)[1]
     if heuristic.index == found.config.index:
         return found.config, found.describe()
-    [ratio] = speedups([Contest(task, found.config, heuristic)])
-    if ratio >= 1.0:
-        return found.config, f"{found.describe()}; {ratio:.2f}x the heuristic config here"
-    return heuristic, f"heuristic (config #{found.config.index} of {found.describe()} ran {ratio:.2f}x its speed here)"
+    [verdict] = verdicts([Contest(task, found.config, heuristic)])
+    if verdict.keeps_shipped:
+        return found.config, f"{found.describe()}; {verdict.describe()}"
+    return heuristic, f"heuristic (config #{found.config.index} of {found.describe()} {verdict.describe()})"

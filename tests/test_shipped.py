@@ -181,10 +181,11 @@ def test_a_build_measures_a_nearest_tasks_shipped_config_and_keeps_the_faster(sh
     task = make_task("dense", "batch=16,in_features=96,out_features=48", target=host_llvm_target())
     mapped = Knowledge.load(task.target).config_for(task, space_of(default_template(task), task)).config
     heuristic = default_template_func(default_template(task), task)[1]
-    [ratio] = shipped_check.speedups([shipped_check.Contest(task, mapped, heuristic)])
-    assert 0.0 < ratio < float("inf")  # both kernels built, checked against the reference and timed here
+    [verdict] = shipped_check.verdicts([shipped_check.Contest(task, mapped, heuristic)])
+    assert 0.0 < verdict.speedup < float("inf")  # both kernels built, checked against the reference and timed here
     for measured, kept in ((1.5, True), (0.5, False)):  # as if the shipped config ran faster, then slower
-        monkeypatch.setattr(build, "speedups", lambda contests, r=measured: [r] * len(contests))
+        monkeypatch.setattr(build, "verdicts",
+                            lambda contests, r=measured: [shipped_check.Verdict(r)] * len(contests))
         built = build_model(model, inputs=(x,), shipped=True)
         [choice] = built.report.kernels
         assert bool(choice.shipped) == kept and choice.config_index == (mapped if kept else heuristic).index

@@ -37,7 +37,7 @@ from .gpu_schedule import bind_block, gpu_generic_schedule
 from .library import ThreadVMs, numpy_outputs
 from .reshapes import sink_reshapes
 from .rewrite import visit_functions
-from .shipped_check import Contest, measurable_here, speedups
+from .shipped_check import Contest, Verdict, measurable_here, verdicts
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class KernelChoice:
         if self.tuned:
             return f"tuned    {head}: config #{self.config_index}, {self.gflops:.1f} GFLOPS in the log"
         if self.shipped:
-            measured = f"; {self.vs_heuristic:.2f}x the heuristic config here" if self.vs_heuristic else ""
+            measured = f"; {Verdict(self.vs_heuristic).describe()}" if self.vs_heuristic else ""
             return f"shipped  {head}: config #{self.config_index} of {self.shipped} ({self.reason}{measured})"
         return f"default  {head}: heuristic config #{self.config_index} ({self.reason})"
 
@@ -201,11 +201,6 @@ def kernel_for(task: Task, weight: int, best: dict[str, Record], stale: set[str]
         kernel, source = shipped
         return kernel, KernelChoice(task, weight, False, kernel.config.index, 0.0, reason, source.describe(),
                                     not source.exact)
-    return _heuristic_kernel(task, weight, reason)
-
-
-def _heuristic_kernel(task: Task, weight: int, reason: str) -> tuple[ModelKernel, KernelChoice]:
-    tmpl = default_template(task)
     func, cfg = default_template_func(tmpl, task)
     return ModelKernel(func, tmpl, cfg), KernelChoice(task, weight, False, cfg.index, 0.0, reason)
 
@@ -225,21 +220,23 @@ def _shipped_kernel(tmpl: Any, task: Task, knowledge: Knowledge) -> tuple[ModelK
 def check_nearest_shipped(kernels: dict[str, ModelKernel], choices: list[KernelChoice]) -> list[KernelChoice]:
     """The choices after each nearest task's shipped config was measured against the heuristic config
     (`shipped_check`): the heuristic kernel replaces a shipped one that ran slower (in `kernels` too)."""
-    contests = {}
+    contests, heuristics = {}, {}
     for i, choice in enumerate(choices):
         if choice.shipped and choice.nearest:
-            _, default = default_template_func(default_template(choice.task), choice.task)
-            if default.index != choice.config_index:
-                contests[i] = Contest(choice.task, kernels[choice.task.key].config, default)
+            tmpl = default_template(choice.task)
+            func, cfg = default_template_func(tmpl, choice.task)
+            if cfg.index != choice.config_index:
+                contests[i] = Contest(choice.task, kernels[choice.task.key].config, cfg)
+                heuristics[i] = ModelKernel(func, tmpl, cfg)
     out = list(choices)
-    for i, ratio in zip(contests, speedups(list(contests.values()))):
+    for i, verdict in zip(contests, verdicts(list(contests.values()))):
         choice = choices[i]
-        if ratio >= 1.0:
-            out[i] = dataclasses.replace(choice, vs_heuristic=ratio)
+        if verdict.keeps_shipped:
+            out[i] = dataclasses.replace(choice, vs_heuristic=verdict.speedup)
             continue
-        why = ("failed here" if ratio == 0.0 else f"ran {ratio:.2f}x the heuristic config's speed here")
-        kernels[choice.task.key], out[i] = _heuristic_kernel(
-            choice.task, choice.weight, f"{choice.reason}; config #{choice.config_index} of {choice.shipped} {why}")
+        kernels[choice.task.key] = heuristics[i]
+        why = f"{choice.reason}; config #{choice.config_index} of {choice.shipped} {verdict.describe()}"
+        out[i] = KernelChoice(choice.task, choice.weight, False, heuristics[i].config.index, 0.0, why)
     return out
 
 

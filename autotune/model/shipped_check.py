@@ -29,12 +29,29 @@ class Contest:
     heuristic: Config
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A contest's outcome: the shipped config's speed over the heuristic one's (0: the shipped kernel failed)."""
+
+    speedup: float
+
+    @property
+    def keeps_shipped(self) -> bool:
+        return self.speedup >= 1.0
+
+    def describe(self) -> str:
+        """For a build report: "1.90x the heuristic config here", or why the shipped config was left out."""
+        if self.keeps_shipped:
+            return f"{self.speedup:.2f}x the heuristic config here"
+        return "failed here" if self.speedup == 0.0 else f"ran {self.speedup:.2f}x the heuristic config's speed here"
+
+
 def measurable_here(target: dict[str, Any]) -> bool:
     """Whether this machine can time kernels built for `target`: a CPU target whose instructions it has."""
     return target.get("kind") == "llvm" and cpu_features(target) <= cpu_features(host_llvm_target())
 
 
-def speedups(contests: Sequence[Contest]) -> list[float]:
+def verdicts(contests: Sequence[Contest]) -> list[Verdict]:
     """For each contest, the shipped config's speed over the heuristic one's (its time over the shipped one's),
     measured here: 0 where the shipped kernel failed (to build, to run, or to match the reference), inf where the
     heuristic one did."""
@@ -49,10 +66,5 @@ def speedups(contests: Sequence[Contest]) -> list[float]:
     finally:
         builder.close()
         runner.close()
-    out = []
-    for shipped, heuristic in zip(results[::2], results[1::2]):
-        if not shipped.ok:
-            out.append(0.0)
-        else:
-            out.append(heuristic.mean_s / shipped.mean_s if heuristic.ok else float("inf"))
-    return out
+    return [Verdict(0.0 if not shipped.ok else heuristic.mean_s / shipped.mean_s if heuristic.ok else float("inf"))
+            for shipped, heuristic in zip(results[::2], results[1::2])]
