@@ -69,28 +69,12 @@ class ResNet18(Classifier):
         super().__init__(stem, layers, cin, classes)
 
 
-class Bottleneck(nn.Module):
-    def __init__(self, cin: int, width: int, stride: int):
-        super().__init__()
-        cout = width * 4
-        self.body = nn.Sequential(
-            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        return torch.relu(self.body(x) + (x if self.down is None else self.down(x)))
-
-
 class ResNet50(Classifier):
     def __init__(self, classes: int = 1000):
         layers, cin = [], 64
         for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
             for i in range(blocks):
-                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                layers.append(ResNeXtBottleneck(cin, width, width * 4, stride if i == 0 else 1, groups=1))
                 cin = width * 4
         super().__init__(resnet_stem(), layers, cin, classes)
 
@@ -209,6 +193,8 @@ class MobileNetBlocks(Classifier):
 
 
 class ResNeXtBottleneck(nn.Module):
+    """A bottleneck block (1x1, 3x3 of `groups` groups, 1x1) with its residual; ResNet-50's with groups=1."""
+
     def __init__(self, cin: int, width: int, cout: int, stride: int, groups: int = 32):
         super().__init__()
         self.block = nn.Sequential(
@@ -309,9 +295,14 @@ def _ready(model: nn.Module) -> nn.Module:
     return model.eval()
 
 
-def resnet18():
+def _image_model(make) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """A model of a 224x224 RGB image: made after seeding, with one random image."""
     torch.manual_seed(0)
-    return _ready(ResNet18()), (torch.randn(1, 3, 224, 224),)
+    return _ready(make()), (torch.randn(1, 3, 224, 224),)
+
+
+def resnet18():
+    return _image_model(ResNet18)
 
 
 def transformer_layer():
@@ -321,13 +312,11 @@ def transformer_layer():
 
 
 def mobilenet_blocks():
-    torch.manual_seed(0)
-    return _ready(MobileNetBlocks()), (torch.randn(1, 3, 224, 224),)
+    return _image_model(MobileNetBlocks)
 
 
 def resnext_blocks():
-    torch.manual_seed(0)
-    return _ready(ResNeXtBlocks()), (torch.randn(1, 3, 224, 224),)
+    return _image_model(ResNeXtBlocks)
 
 
 def speech_frontend():
@@ -346,8 +335,7 @@ def video_blocks():
 
 
 def resnet50():
-    torch.manual_seed(0)
-    return _ready(ResNet50()), (torch.randn(1, 3, 224, 224),)
+    return _image_model(ResNet50)
 
 
 def _gpt(tokens: int, past: int):
@@ -365,13 +353,11 @@ def gpt_decode():
 
 
 def efficientnet_b0():
-    torch.manual_seed(0)
-    return _ready(EfficientNetB0()), (torch.randn(1, 3, 224, 224),)
+    return _image_model(EfficientNetB0)
 
 
 def vit_b16():
-    torch.manual_seed(0)
-    return _ready(ViT()), (torch.randn(1, 3, 224, 224),)
+    return _image_model(ViT)
 
 
 MODELS = {"resnet18": resnet18, "transformer_layer": transformer_layer, "mobilenet_blocks": mobilenet_blocks,
