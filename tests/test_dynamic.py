@@ -189,30 +189,83 @@ def test_unaligned_arrays_go_through_scratch(tuned_log):
         kernel(a, b[:32])
 
 
-def test_model_with_dynamic_batch_uses_dynamic_kernels(tuned_log, monkeypatch):
+_LOAD_AND_RUN = """
+import sys, numpy as np
+from autotune.model import load_library
+model = load_library(sys.argv[1])
+for m in (1, 7, 97, 300):
+    x = np.load(sys.argv[2] + f"/x{m}.npy")
+    np.save(sys.argv[2] + f"/y{m}.npy", model(x))
+"""
+
+
+def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
+    """A linear layer with a dynamic batch is a dynamic dense: on the log's uKernels where it tunes them, else on
+    the shipped or heuristic configs. The cover of every size is compiled into the module: it exports, loads in a
+    fresh process and matches PyTorch at every size."""
     torch = pytest.importorskip("torch")
-    from autotune.dynamic import DynamicKernel
     from autotune.model.build import build_model
 
-    calls: list[int] = []
-    run = DynamicKernel.run
-    monkeypatch.setattr(DynamicKernel, "run", lambda self, *a: (calls.append(a[0].shape[0]), run(self, *a))[1])
+    log = tmp_path / "dense.jsonl"
+    assert main(["tune", "dense", "--shape", "batch=1..300,in_features=64,out_features=64", "--dynamic", "--trials",
+                 "2", "--tuner", "random", *UNHURRIED_CLI, "--quiet", "--max-ukernels", "2", "--log", str(log)]) == 0
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 16)).eval()
     batch = torch.export.Dim("batch", min=1, max=300)
     program = torch.export.export(model, (torch.randn(4, 64),), dynamic_shapes={"input": {0: batch}})
-    built = build_model(program, logs=[tuned_log])
+    built = build_model(program, logs=[log])
     summary = built.report.summary()
-    assert "1 of 2 dynamic matmuls use tuned uKernels" in summary and "matmul(M=1..300,N=64,K=64)" in summary
+    assert "1 of 2 dynamic linear layers use tuned uKernels" in summary, summary
+    assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs" in summary
+    assert "dense(batch=1..300,in_features=64,out_features=16): uKernels on" in summary
+    want = {}
     for m in (1, 7, 97, 300):
         x = torch.randn(m, 64)
         with torch.no_grad():
-            ref = model(x).numpy()
-        np.testing.assert_allclose(built(x), ref, rtol=1e-4, atol=1e-4)
-        assert calls[-1] == m
-    with pytest.raises(AutotuneError, match="cannot be exported"):
-        built.export_library("/tmp/never.so")
+            want[m] = model(x).numpy()
+        np.save(tmp_path / f"x{m}.npy", x.numpy())
+        np.testing.assert_allclose(built(x), want[m], rtol=1e-4, atol=1e-4)
+    built.export_library(tmp_path / "model.so")
+    done = subprocess.run([sys.executable, "-c", _LOAD_AND_RUN, str(tmp_path / "model.so"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    for m, ref in want.items():
+        np.testing.assert_allclose(np.load(tmp_path / f"y{m}.npy"), ref, rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
+
+
+def test_tune_model_tunes_the_dynamic_sites_then_builds_from_them(tmp_path):
+    """extract / tune-model on a program with a dynamic batch: each dynamic matmul's uKernels are tasks, weighted
+    by their pieces per inference; the budget tunes them and the build uses them for every site."""
+    torch = pytest.importorskip("torch")
+    from conftest import UNHURRIED
+
+    from autotune.model import build_model, extract_tasks, tune_model
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(48, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64)).eval()
+    batch = torch.export.Dim("batch", min=1, max=200)
+    program = torch.export.export(model, (torch.randn(4, 48),), dynamic_shapes={"input": {0: batch}})
+    tasks = extract_tasks(program)
+    shapes = {(t.shape["out_features"], t.shape["in_features"]) for t, _ in tasks}
+    assert {t.op for t, _ in tasks} == {"dense"} and shapes == {(64, 48), (64, 64)}
+    assert all(1 <= t.shape["batch"] <= 200 and w >= 0.05 for t, w in tasks), tasks
+    shared = [w for t, w in tasks if (t.shape["out_features"], t.shape["in_features"]) == (64, 64)]
+    alone = {t.shape["batch"]: w for t, w in tasks if (t.shape["out_features"], t.shape["in_features"]) == (64, 48)}
+    assert sum(shared) > sum(alone.values())  # two sites share the (64, 64) kernel: twice the pieces
+    log = tmp_path / "dyn-model.jsonl"
+    result = tune_model(program, trials=len(tasks) * 2, log=log, tuner="random", round_trials=2, retime=0,
+                        runner_options=UNHURRIED, progress=lambda m: None)
+    assert {s.task.key for s in result.states} == {t.key for t, _ in tasks}
+    assert {r.input.template for r in load_records(log)} == {"search_spaces.matmul:DENSE_CPU"}
+    built = build_model(program, logs=[log])
+    assert "2 of 2 dynamic linear layers use tuned uKernels" in built.report.summary()
+    for m in (1, 9, 200):
+        x = torch.randn(m, 48)
+        with torch.no_grad():
+            np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
 
 
 def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):

@@ -1,16 +1,15 @@
-"""The dynamic kernel: compiled uKernels plus a planner; one call covers any size with row views.
+"""The dynamic kernel: its uKernels and their cover of every size, compiled into one function.
 
-Each piece of a plan runs its uKernel on contiguous row slices of the sliced inputs and of the
-output (numpy views, no copy; TVM's FFI takes them through DLPack). TVM kernels assume 64-byte
-aligned buffers (a misaligned one segfaults), so a piece whose views are not aligned, and the
-padded tail piece, go through a per-uKernel scratch buffer instead: copy the valid rows in, run,
-copy them out. Not thread-safe (the scratch buffers are shared).
+The planner (`compose.Planner`) chooses the cover of each size; its plans, as a table, and the uKernels' scheduled
+bodies make one TIR function (`compiled.dispatch_func`) that runs every piece on views of the rows, the padded
+tail through scratch buffers. A call from Python passes the arrays through DLPack (no copy) to that function;
+arrays not on a 64-byte boundary (TVM kernels assume it) are copied to aligned ones first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,9 +17,12 @@ import numpy as np
 from ..errors import AutotuneError
 from ..operators import element_type
 from ..records import Record
+from ..space import Config
+from ..target import compile_kernel, use_target_threads
 from ..task import Task
-from ..templates import Relayout, relayout_array
 from ..measure.timing import time_calls
+from ..templates import relayout_array
+from .compiled import dispatch_func, plan_table
 from .compose import Plan, Planner
 from .spec import DynamicSpec
 from .ukernels import CALL_OVERHEAD_S, op_cost, pad_cost_fn
@@ -38,8 +40,9 @@ def aligned_empty(shape: Sequence[int], dtype: Any = "float32", zero: bool = Fal
 
 
 def as_aligned(a: Any, dtype: Any = "float32") -> np.ndarray:
-    """`a` itself when it is an aligned C-contiguous array of `dtype`, else an aligned copy."""
+    """`a` itself when it is an aligned C-contiguous array of `dtype` (None: its own), else an aligned copy."""
     arr = np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a)
+    dtype = arr.dtype if dtype is None else np.dtype(dtype)
     if arr.dtype == dtype and arr.flags.c_contiguous and _ptr(arr) % ALIGN == 0:
         return arr
     out = aligned_empty(arr.shape, dtype)
@@ -53,15 +56,24 @@ def _ptr(a: np.ndarray) -> int:
 
 @dataclass
 class UKernel:
-    """One compiled uKernel: the static task at `height` rows, its entry function and measured time."""
+    """One uKernel: the static task at `height` rows, its scheduled PrimFunc and measured time."""
 
     height: int
     task: Task
-    func: Any  # the compiled module's "main"
+    func: Any  # the scheduled PrimFunc (the template's kernel for the record's config)
     mean_s: float  # measured when it was tuned (the planner's cost)
     record: Record | None = None
-    scratch: list[np.ndarray] = field(default_factory=list)
-    relayouts: tuple[Relayout, ...] = ()  # fixed operands its kernel takes relaid (dense's weight, packed)
+    template: Any = None  # the Template of `config`: the fixed operands it takes relaid
+    config: Config | None = None
+
+    @property
+    def relayouts(self) -> tuple:
+        return self.template.relayouts(self.task, self.config) if self.template is not None else ()
+
+    def fixed_operand(self, arg: int, array: np.ndarray) -> np.ndarray:
+        """Input `arg` (not sliced: a weight) as this uKernel takes it (relaid where its template says so)."""
+        relayout = next((r for r in self.relayouts if r.arg == arg), None)
+        return array if relayout is None else relayout_array(array, relayout.index_map, relayout.shape)
 
 
 class DynamicKernel:
@@ -72,12 +84,25 @@ class DynamicKernel:
             raise AutotuneError(f"no uKernel for {spec}")
         self.spec = spec
         self.ukernels = sorted(ukernels, key=lambda u: -u.height)
-        self._sliced = (*spec.split.sliced, True)  # inputs..., output
         kind = element_type(spec.dtype)
         self._types = (*(kind.numpy_storage for _ in spec.split.sliced), kind.numpy_output)  # inputs..., output
         cost = op_cost(spec)
         self.planner = Planner([u.height for u in self.ukernels],
                                [u.mean_s + CALL_OVERHEAD_S for u in self.ukernels], pad_cost_fn(cost.row_bytes))
+        self.table = as_aligned(plan_table(self.planner, spec.hi), "int32")
+        self.func, self.params = dispatch_func(spec.split.sliced, [(u.height, u.func) for u in self.ukernels],
+                                               self.table.shape[0], name="main")
+        self._executable: Any = None
+
+    @property
+    def executable(self) -> Any:
+        """The compiled function (built on first use)."""
+        if self._executable is None:
+            import tvm
+
+            use_target_threads(self.spec.target)
+            self._executable = compile_kernel(tvm.IRModule({"main": self.func}), self.spec.target)
+        return self._executable
 
     def plan(self, size: int) -> Plan:
         """The composition used for `size` (cached)."""
@@ -102,61 +127,34 @@ class DynamicKernel:
         self.run(*arrays, out)
         return out
 
+    def args(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        """The compiled function's arguments for (inputs..., output): aligned, the fixed operands relaid for
+        each uKernel, the plan table."""
+        inputs = [as_aligned(a, t) for a, t in zip(arrays[:-1], self._types)]
+        sliced = [a for a, s in zip(inputs, self.spec.split.sliced) if s]
+        fixed = [u.fixed_operand(i, inputs[i]) for u, f in zip(self.ukernels, self.params.fixed) for i, _ in f]
+        return [*sliced, *(as_aligned(a, a.dtype) for a in fixed), self.table, arrays[-1]]
+
     def run(self, *arrays: np.ndarray) -> None:
         """Compute into the last array (inputs..., output: C-contiguous numpy arrays of the right dtype)."""
         size = arrays[0].shape[0]
-        if size < 1:
-            return
         if arrays[-1].shape[0] != size:
             raise AutotuneError(f"output has {arrays[-1].shape[0]} rows, inputs {size}")
-        plan = self.planner.plan(size)
-        sliced = self._sliced
-        fixed_ok = all(s or _ptr(a) % ALIGN == 0 for a, s in zip(arrays, sliced))
-        if not fixed_ok:  # an unaligned fixed operand (e.g. a weight): one aligned copy for this call
-            arrays = tuple(a if s else as_aligned(a, t) for a, s, t in zip(arrays, sliced, self._types))
-        bases = [(_ptr(a), a.strides[0]) if s else None for a, s in zip(arrays, sliced)]
-        relaid: dict[int, Sequence[np.ndarray]] = {}  # uKernel -> the arrays with its fixed operands relaid
-        for piece in plan.pieces:
-            uk = self.ukernels[piece.kernel]
-            if piece.kernel not in relaid:
-                relaid[piece.kernel] = self._relaid(uk, arrays)
-            args = relaid[piece.kernel]
-            lo, hi = piece.offset, piece.offset + piece.rows
-            if not piece.padded and all(b is None or (b[0] + lo * b[1]) % ALIGN == 0 for b in bases):
-                uk.func(*[a[lo:hi] if s else a for a, s in zip(args, sliced)])
-            else:
-                self._run_scratch(uk, args, lo, hi)
-
-    def _relaid(self, uk: UKernel, arrays: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
-        """`arrays` with the fixed operands `uk` takes in another layout relaid (once per call and uKernel)."""
-        if not uk.relayouts:
-            return arrays
-        out = list(arrays)
-        for r in uk.relayouts:
-            out[r.arg] = as_aligned(relayout_array(arrays[r.arg], r.index_map, r.shape), self._types[r.arg])
-        return out
-
-    def _run_scratch(self, uk: UKernel, arrays: Sequence[np.ndarray], lo: int, hi: int) -> None:
-        if not uk.scratch:
-            uk.scratch = [aligned_empty((uk.height, *a.shape[1:]), t, zero=True) if s else None
-                          for a, s, t in zip(arrays, self._sliced, self._types)]
-        rows = hi - lo
-        args = []
-        for a, s, buf in zip(arrays[:-1], self._sliced, uk.scratch):
-            if s:
-                buf[:rows] = a[lo:hi]
-                args.append(buf)
-            else:
-                args.append(a)
-        uk.func(*args, uk.scratch[-1])
-        arrays[-1][lo:hi] = uk.scratch[-1][:rows]
+        if size < 1:
+            return
+        out = arrays[-1]
+        target = out if _ptr(out) % ALIGN == 0 and out.flags.c_contiguous else aligned_empty(out.shape, out.dtype)
+        self.executable["main"](*self.args(*arrays[:-1], target))
+        if target is not out:
+            out[...] = target
 
     def time(self, *inputs: Any, repeat: int = 7, min_s: float = 0.1) -> list[float]:
-        """Seconds per call of `run` on prepared arrays (Python dispatch included), one per repeat."""
-        arrays = [as_aligned(a, t) for a, t in zip(inputs, self._types)]
-        out = aligned_empty(self.output_shape(arrays[0].shape[0]), self._types[-1])
-        return time_calls(lambda: self.run(*arrays, out), repeat, min_s)
-
+        """Seconds per call of the compiled function on prepared arguments (the FFI call from Python included),
+        one per repeat."""
+        out = aligned_empty(self.output_shape(np.asarray(inputs[0]).shape[0]), self._types[-1])
+        args = self.args(*inputs, out)
+        main = self.executable["main"]
+        return time_calls(lambda: main(*args), repeat, min_s)
     def describe(self, sizes: Sequence[int] = ()) -> str:
         """The uKernels, then the plan and predicted time of each size in `sizes`."""
         lines = [f"dynamic {self.spec}: {len(self.ukernels)} uKernels"]

@@ -1,4 +1,6 @@
-"""Build a dynamic kernel from a log: every task of the operator at some size is a uKernel candidate."""
+"""The uKernels of a dynamic operator: from a log (every task of the operator at some size is a candidate), or,
+for an operator no log tunes, on the shipped knowledge's configs (else heuristic ones) at the heights the analytic
+model chooses."""
 
 from __future__ import annotations
 
@@ -7,11 +9,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..errors import AutotuneError
-from ..kernel import compile_config
 from ..database import TuningDatabase
+from ..hardware import hardware_model
+from ..operators import ukernel_template_ref
 from ..records import Record
+from ..templates import resolve, space_of
 from .dispatch import DynamicKernel, UKernel
 from .spec import DynamicSpec, parse_dynamic
+from .ukernels import chosen_heights, op_cost, predict_time, rank_ukernels
 
 
 def ukernel_records(spec: DynamicSpec, records: TuningDatabase | Iterable[Record]) -> dict[int, Record]:
@@ -25,17 +30,55 @@ def ukernel_records(spec: DynamicSpec, records: TuningDatabase | Iterable[Record
     return out
 
 
-def compile_ukernels(spec: DynamicSpec, best: dict[int, Record], heights: Sequence[int] | None = None) -> list[UKernel]:
-    """Compile the best config of each height (all heights in `best` unless `heights` names some)."""
+def make_ukernels(spec: DynamicSpec, best: dict[int, Record], heights: Sequence[int] | None = None) -> list[UKernel]:
+    """The scheduled best config of each height (all heights in `best` unless `heights` names some)."""
     out = []
     for h in sorted(heights if heights is not None else best, reverse=True):
         if h not in best:
             raise AutotuneError(f"no valid record for the uKernel {spec.dim}={h} of {spec}")
         rec = best[h]
-        kernel = compile_config(rec.task, rec.input.config.index, rec.input.template)
-        relayouts = kernel.template.relayouts(rec.task, kernel.config) if kernel.template else ()
-        out.append(UKernel(h, rec.task, kernel.executable["main"], rec.result.mean_s, rec, relayouts=relayouts))
+        template = resolve(rec.input.template)
+        config = space_of(template, rec.task).get(rec.input.config.index)
+        out.append(UKernel(h, rec.task, template.kernel(rec.task, config)["main"], rec.result.mean_s, rec,
+                           template, config))
     return out
+
+
+def default_ukernels(spec: DynamicSpec, shipped: bool = True) -> tuple[list[UKernel], str]:
+    """(uKernels, where their configs come from: "shipped", "heuristic" or "shipped and heuristic") for an operator
+    the logs do not tune: the heights `rank_ukernels` chooses, each on the shipped config of the same or the
+    nearest task (mapped onto the uKernel template's space) where `shipped` and the knowledge has one, else the
+    heuristic config. Where this machine can time them (`shipped_check.measurable_here`), a shipped config and the
+    heuristic one are measured and the faster kept, its time the planner's cost; else the hardware model's
+    prediction is."""
+    from ..model.default_schedule import default_template_func
+    from ..model.shipped_check import Contest, measurable_here, verdicts
+    from ..shipped import Knowledge
+
+    hw = hardware_model(spec.target)
+    cost = op_cost(spec)
+    ref = ukernel_template_ref(spec.op, spec.task(1).target_kind)
+    template = resolve(ref)
+    knowledge = Knowledge.load(spec.target) if shipped else None
+    heights = chosen_heights(rank_ukernels(spec, hw))
+    choices = []  # per height: (task, shipped config or None, heuristic config)
+    for h in heights:
+        task = spec.task(h)
+        found = knowledge.config_for(task, space_of(template, task)) if knowledge is not None else None
+        heuristic = default_template_func(template, task)[1]
+        choices.append((task, found.config if found is not None and found.config != heuristic else None, heuristic))
+    contests = [Contest(task, s, hc, ref) for task, s, hc in choices if s is not None]
+    measured = iter(verdicts(contests) if measurable_here(spec.target) else [])
+    out, sources = [], set()
+    for h, (task, ship, heuristic) in zip(heights, choices):
+        verdict = next(measured, None) if ship is not None else None
+        keep = ship is not None and (verdict is None or verdict.keeps_shipped)
+        config = ship if keep else heuristic
+        sources.add("shipped" if keep else "heuristic")
+        mean_s = verdict.fastest_s if verdict is not None and verdict.fastest_s < float("inf") else \
+            predict_time(hw, cost, h)
+        out.append(UKernel(h, task, template.kernel(task, config)["main"], mean_s, None, template, config))
+    return out, " and ".join(sorted(sources, reverse=True))
 
 
 def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | DynamicSpec, shape: str | None = None,
@@ -54,4 +97,4 @@ def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | Dynamic
         stale = any(spec.matches(r.task) and r.result.ok for r in db)
         raise AutotuneError(f"no valid uKernel record of {spec} in {log}"
                             + (" made by the current template version (re-tune)" if stale else ""))
-    return DynamicKernel(spec, compile_ukernels(spec, best, heights))
+    return DynamicKernel(spec, make_ukernels(spec, best, heights))

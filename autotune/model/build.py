@@ -356,8 +356,27 @@ def compile_lowered(mod: Any, tvm_target: Any) -> Any:
     import tvm
 
     backend = _backend(str(tvm_target.kind.name))
-    passes = tvm.transform.Sequential(backend.dataflow_lower_passes(tvm_target) + backend.finalize_passes(tvm_target))
+    passes = tvm.transform.Sequential(backend.dataflow_lower_passes(tvm_target) + backend.finalize_passes(tvm_target)
+                                      + [_shape_funcs_noalias()])
     return tvm.compile(mod, target=tvm_target, relax_pipeline=passes)
+
+
+def _shape_funcs_noalias() -> Any:
+    """A pass marking the VM's shape functions (symbolic sizes: one buffer each) `tirx.noalias`. Where one function
+    of a module lacks it, LLVM compiles every kernel of the module without it: a dynamic model's kernels ran at
+    half their speed."""
+    import tvm
+    from tvm import tirx
+
+    @tvm.transform.module_pass(opt_level=0, name="ShapeFuncsNoAlias")
+    def mark(mod: Any, _ctx: Any) -> Any:
+        for gv, func in list(mod.functions_items()):
+            attrs = func.attrs or {}
+            if isinstance(func, tirx.PrimFunc) and attrs.get("tirx.is_host_func") and "tirx.noalias" not in attrs:
+                mod[gv] = func.with_attr("tirx.noalias", True)
+        return mod
+
+    return mark
 
 
 def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str | dict = "llvm",
@@ -368,11 +387,13 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
     None with AUTOTUNE_NO_SHIPPED=1 set: none), default schedules elsewhere."""
     import warnings
 
-    from ..dynamic.model import build_dynamic_model, dynamic_program
+    from ..dynamic.model import build_dynamic_model
+    from ..dynamic.sites import dynamic_program
 
     program = None if isinstance(model, Captured) else dynamic_program(model)
     if program is not None:  # a symbolic input size (torch.export Dim): dynamic kernels for its matmuls
-        return build_dynamic_model(program, logs, target, records=records, name=str(model)[:80])
+        return build_dynamic_model(program, logs, target, records=records, name=str(model)[:80],
+                                   shipped=shipped_enabled(shipped))
     tgt = resolve_target(target)
     use_target_threads(tgt)  # before FoldConstant or a first call starts TVM's thread pool
     captured = model if isinstance(model, Captured) else capture(model, inputs)

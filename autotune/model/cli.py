@@ -94,10 +94,10 @@ def cmd_extract(args: argparse.Namespace) -> int:
         print("no tunable operator (convolution: 1-d, 2-d, grouped, depthwise, transposed; matmul) found")
         return 1
     total = sum(t.flops * w for t, w in tasks)
-    print(f"{len(tasks)} tasks, {sum(w for _, w in tasks)} calls, {total / 1e9:.3f} GFLOP per inference")
+    print(f"{len(tasks)} tasks, {sum(w for _, w in tasks):g} calls, {total / 1e9:.3f} GFLOP per inference")
     print(f"{'key':<30} {'weight':>6} {'GFLOP':>9} {'share':>6}  task")
     for t, w in sorted(tasks, key=lambda tw: -tw[0].flops * tw[1]):
-        print(f"{t.key:<30} {w:>6} {t.flops * w / 1e9:>9.4f} {100 * t.flops * w / total:>5.1f}%  {t}")
+        print(f"{t.key:<30} {w:>6g} {t.flops * w / 1e9:>9.4f} {100 * t.flops * w / total:>5.1f}%  {t}")
     return 0
 
 

@@ -142,8 +142,8 @@ def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
     if n_spatial == 0:
         return False
     extents = [_extent(sch, lp) for lp in loops]
-    if any(e is None for e in extents):
-        return False
+    if any(e is None for e in extents):  # a symbolic size: its spatial loops in parallel, vectors where static
+        return _schedule_symbolic(sch, loops, extents, n_spatial, lanes)
     spatial = list(loops[:n_spatial])
     vector_loop = tail_loop = None
     if n_spatial == len(loops):  # purely spatial: vectorise the innermost loop
@@ -165,6 +165,25 @@ def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
         sch.vectorize(vector_loop)
     if tail_loop is not None:
         vectorize_with_tail(sch, tail_loop, lanes)
+    return True
+
+
+def _schedule_symbolic(sch: Any, loops: list[Any], extents: list[int | None], n_spatial: int, lanes: int) -> bool:
+    """A loop nest with a symbolic extent (a model exported with a dynamic size): the innermost loop vectorised
+    where it is spatial, static and fits a vector's multiple, the other spatial loops fused and parallel (their
+    work unknown at build time: parallel, as for a large one)."""
+    spatial = list(loops[:n_spatial])
+    vector_loop = None
+    if n_spatial == len(loops) and extents[-1] is not None:
+        width = _vector_width(extents[-1], lanes)
+        if width == extents[-1] > 1:
+            vector_loop = spatial.pop()
+        elif width > 1:
+            spatial[-1], vector_loop = sch.split(spatial[-1], factors=[None, width])
+    if spatial:
+        sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
+    if vector_loop is not None:
+        sch.vectorize(vector_loop)
     return True
 
 

@@ -511,11 +511,18 @@ def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
 
     via: "export" (torch.export, the whole program), "compile" (every graph torch.compile captures,
     for programs torch.export cannot take whole or TVM cannot import whole), or "auto" (export, else compile).
+    An ExportedProgram (or .pt2) with a symbolic input size gives its dynamic sites' uKernel tasks instead, each
+    weighted by its pieces per inference over the size's range.
     left: if given, gets a line ("what: why") per call of a tunable kind that is left to TVM.
     allow_pickle: load a `.pt2` that runs code when loaded (see `capture.load_program`).
     """
     if via not in ("export", "compile", "auto"):
         raise AutotuneError(f"via must be export, compile or auto, not {via!r}")
+    from ..dynamic.sites import dynamic_program, dynamic_tasks
+
+    program = None if isinstance(model, Captured) else dynamic_program(model)
+    if program is not None:  # a symbolic size: the uKernels of its dynamic sites (`autotune.dynamic.sites`)
+        return [(t.task, t.weight) for t in dynamic_tasks(program, resolve_target(target), name=str(model)[:80])]
     if isinstance(model, Captured):
         captured = model
     elif via == "compile":

@@ -27,6 +27,7 @@ class Contest:
     task: Task
     shipped: Config
     heuristic: Config
+    template: str | None = None  # reference of the configs' template (None: the operator's default)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Verdict:
     """A contest's outcome: the shipped config's speed over the heuristic one's (0: the shipped kernel failed)."""
 
     speedup: float
+    fastest_s: float = float("inf")  # the faster kernel's mean seconds here (inf: both failed)
 
     @property
     def keeps_shipped(self) -> bool:
@@ -57,7 +59,7 @@ def verdicts(contests: Sequence[Contest]) -> list[Verdict]:
     heuristic one did."""
     if not contests:
         return []
-    inputs = [MeasureInput(c.task, cfg, default_template_ref(c.task.op, c.task.target_kind))
+    inputs = [MeasureInput(c.task, cfg, c.template or default_template_ref(c.task.op, c.task.target_kind))
               for c in contests for cfg in (c.shipped, c.heuristic)]
     threads = min(int(contests[0].task.target.get("num-cores", 0) or 0), host_cores())
     builder, runner = LocalBuilder(), LocalRunner(dataclasses.replace(TIMING, threads=threads))
@@ -66,5 +68,6 @@ def verdicts(contests: Sequence[Contest]) -> list[Verdict]:
     finally:
         builder.close()
         runner.close()
-    return [Verdict(0.0 if not shipped.ok else heuristic.mean_s / shipped.mean_s if heuristic.ok else float("inf"))
+    return [Verdict(0.0 if not shipped.ok else heuristic.mean_s / shipped.mean_s if heuristic.ok else float("inf"),
+                    min((r.mean_s for r in (shipped, heuristic) if r.ok), default=float("inf")))
             for shipped, heuristic in zip(results[::2], results[1::2])]

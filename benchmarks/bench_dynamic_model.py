@@ -1,0 +1,169 @@
+"""A GPT-2-style decoder block with a dynamic prompt length (prefill): one dynamic build against static builds
+tuned per length, PyTorch eager and Inductor (`dynamic=True`).
+
+The block is `models.GPTBlock` (d_model 768, 12 heads, GPT-2's layout; random weights, no download), exported
+once with the prompt length a `torch.export.Dim` over 1..1024 and once per length with static shapes. Dynamic:
+`tune_model` on the dynamic program (its four weight matmuls' uKernels, weighted by their pieces per inference
+over the range), then one `build_model`. Static: `tune_model` of each length on its own (its own log folder, so
+nothing transfers between lengths), then a build per length. Both start from the shipped knowledge, as a user's
+run does. Every output is checked against eager; the four contenders are timed interleaved (the least of 3
+medians of 5 samples), in one process. Tuning logs and wall times live under --work (re-running resumes).
+
+    python benchmarks/bench_dynamic_model.py                         # tune, build, time, check (about an hour)
+    python benchmarks/bench_dynamic_model.py --no-tune               # build and time from the logs
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _baselines import best_of
+from _common import reexec_clean, report
+from bench_dynamic import Times, _count, _geo
+
+LENGTHS = [1, 2, 3, 7, 16, 31, 64, 97, 128, 211, 256, 509, 1024]  # primes among them: 2, 3, 7, 31, 97, 211, 509
+RANGE = (1, 1024)
+HEADS, HEAD_DIM = 12, 64
+
+
+def block():
+    import torch
+    from models import GPTBlock
+
+    torch.manual_seed(0)
+    return GPTBlock(HEADS * HEAD_DIM, HEADS).eval()
+
+
+def prefill_inputs(length: int, seed: int = 0):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    empty = torch.zeros(1, HEADS, 0, HEAD_DIM)
+    return torch.randn(1, length, HEADS * HEAD_DIM, generator=gen), empty, empty.clone()
+
+
+def export_dynamic(model):
+    import torch
+
+    t = torch.export.Dim("t", min=RANGE[0], max=RANGE[1])
+    return torch.export.export(model, prefill_inputs(16), dynamic_shapes={"x": {1: t}, "past_k": None,
+                                                                          "past_v": None})
+
+
+def export_static(model, length: int):
+    import torch
+
+    return torch.export.export(model, prefill_inputs(length))
+
+
+def tune(args, model, times: Times) -> None:
+    from autotune.model import tune_model
+
+    quiet = (lambda msg: None) if not args.verbose else None
+    runs = [("dynamic", export_dynamic(model), args.dynamic_trials)]
+    runs += [(f"static-t{t}", export_static(model, t), args.static_trials) for t in LENGTHS]
+    for name, program, trials in runs:
+        log = Path(args.work) / name / "log.jsonl"
+        before, t0 = _count(log), time.perf_counter()
+        tune_model(program, trials=trials, log=log, progress=quiet)
+        if _count(log) > before:
+            times.add(name, time.perf_counter() - t0)
+        print(f"{name}: {_count(log)} trials, {times.get(name):.0f} s of tuning", flush=True)
+
+
+def compare(args, model, times: Times) -> str:
+    import numpy as np
+    import torch
+
+    from autotune.model import build_model
+
+    dyn_log = Path(args.work) / "dynamic" / "log.jsonl"
+    dynamic = build_model(export_dynamic(model), logs=[dyn_log])
+    inductor = torch.compile(model, dynamic=True)
+    rows, vs_static, vs_eager, vs_inductor = [], [], [], []
+    static_s = sum(times.get(f"static-t{t}") for t in LENGTHS)
+    static_trials = sum(_count(Path(args.work) / f"static-t{t}" / "log.jsonl") for t in LENGTHS)
+    for t in LENGTHS:
+        static = build_model(export_static(model, t), logs=[Path(args.work) / f"static-t{t}" / "log.jsonl"])
+        inputs = prefill_inputs(t, seed=t)
+        with torch.no_grad():
+            want = [o.numpy() for o in model(*inputs)]
+            for name, got in (("dynamic", dynamic(*inputs)), ("static", static(*inputs)),
+                              ("inductor", [o.numpy() for o in inductor(*inputs)])):
+                for g, w in zip(got, want):
+                    np.testing.assert_allclose(np.asarray(g), w, rtol=1e-3, atol=1e-3, err_msg=f"{name} t={t}")
+            dargs, sargs = dynamic.tvm_args(*inputs), static.tvm_args(*inputs)
+            t_dyn, t_static, t_eager, t_ind = best_of([lambda: dynamic.run_tvm(dargs), lambda: static.run_tvm(sargs),
+                                                       lambda: model(*inputs), lambda: inductor(*inputs)])
+        vs_static.append(t_static / t_dyn)
+        vs_eager.append(t_eager / t_dyn)
+        vs_inductor.append(t_ind / t_dyn)
+        rows.append(f"| {t} | {t_dyn * 1e3:.3f} | {t_static * 1e3:.3f} | {t_eager * 1e3:.3f} | {t_ind * 1e3:.3f} | "
+                    f"{vs_static[-1]:.2f}x | {vs_eager[-1]:.2f}x | {vs_inductor[-1]:.2f}x |")
+        print(rows[-1], flush=True)
+    dyn_s, dyn_trials = times.get("dynamic"), _count(dyn_log)
+    summary = [
+        f"- Dynamic vs static tuned per length: geometric mean **{_geo(vs_static):.2f}x**, lowest "
+        f"{min(vs_static):.2f}x (t={LENGTHS[vs_static.index(min(vs_static))]}) (goal: >= 0.9x at every length).",
+        f"- Tuning: dynamic {dyn_s:.0f} s ({dyn_trials} trials) vs static {static_s:.0f} s ({static_trials} trials, "
+        f"{len(LENGTHS)} lengths): **1/{static_s / max(dyn_s, 1e-9):.0f}** of the time (goal: <= 1/20).",
+        f"- Dynamic vs eager: geometric mean **{_geo(vs_eager):.2f}x** (goal >= 1.2x); vs Inductor (dynamic=True) "
+        f"**{_geo(vs_inductor):.2f}x** (goal >= 1.0x).",
+        "", dynamic.report.summary().replace("\n", "\n    "),
+    ]
+    return "\n".join(summary + ["", "| prompt length | dynamic ms | static ms | eager ms | Inductor ms | "
+                                    "dynamic vs static | vs eager | vs Inductor |",
+                                "|---|---|---|---|---|---|---|---|", *rows])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--static-trials", type=int, default=64, help="tune-model trials of each length's static build")
+    ap.add_argument("--dynamic-trials", type=int, default=40, help="tune-model trials of the dynamic build")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--work", default="benchmarks/work/dynamic_model")
+    ap.add_argument("--no-tune", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="print tune-model's progress")
+    ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
+    ap.add_argument("--lengths", help="comma-separated prompt lengths instead of the 13 (a partial run: not written)")
+    args = ap.parse_args()
+    if args.lengths:
+        LENGTHS[:] = [int(v) for v in args.lengths.split(",")]
+        args.no_write = True
+    reexec_clean(args.threads)
+    warnings.simplefilter("ignore")
+    import torch
+    import tvm
+
+    from autotune.target import cpu_name, host_llvm_target
+
+    torch.set_num_threads(args.threads)
+    model = block()
+    times = Times(Path(args.work) / "tuning_times.json")
+    if not args.no_tune:
+        tune(args, model, times)
+    body = compare(args, model, times)
+    text = "\n".join([
+        "## A decoder block with a dynamic prompt length: one dynamic build vs static builds per length "
+        "(`benchmarks/bench_dynamic_model.py`)", "",
+        (f"CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads (TVM and torch); TVM "
+         f"{tvm.__version__}, torch {torch.__version__}. GPT-2-style block (d_model 768, 12 heads), batch 1, prefill "
+         f"of t tokens (no cache), float32. Dynamic: one export with t in {RANGE[0]}..{RANGE[1]}, `tune_model` "
+         f"{args.dynamic_trials} trials, one build (its four weight matmuls on tuned uKernels; attention, softmax "
+         f"and norms on TVM's default lowering of symbolic shapes). Static: an export, `tune_model` "
+         f"{args.static_trials} trials and a build per length. Inductor: `torch.compile(dynamic=True)`. Times: the "
+         "least of 3 interleaved medians of 5 samples; every output checked against eager."), "",
+        body])
+    report("dynamic_model", text, write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
