@@ -148,7 +148,8 @@ def compare(args, ms, times: Times) -> str:
         sections += [f"### N={n}, K={k}", "", f"uKernels: {uk}", "",
                      ("| M | dynamic plan | static GFLOPS | dynamic GFLOPS | torch GFLOPS | dynamic vs static | "
                       "dynamic vs torch |"), "|---|---|---|---|---|---|---|", *rows, "",
-                     f"Geometric mean: dynamic vs static **{_geo(ratios):.2f}x**, dynamic vs torch {_geo(vs_torch):.2f}x.",
+                     f"Geometric mean: dynamic vs static **{_geo(ratios):.2f}x**, dynamic vs torch "
+                     f"{_geo(vs_torch):.2f}x.",
                      ""]
     overhead = dispatch_overhead(kernel)
     summary = [

@@ -89,6 +89,27 @@ def test_composition_covers_every_size_exactly_once():
             assert plan.predicted_s <= naive + 1e-9
 
 
+def test_plan_table_is_the_planners_cover_and_repeats_the_tallest_beyond_it():
+    """The compiled kernel's plans (`compiled.plan_of` mirrors its arithmetic): the planner's within the table; a
+    larger size takes the tallest uKernel until the rest is in the table; every size covered exactly."""
+    from autotune.dynamic.compiled import plan_of, plan_table
+
+    heights = [48, 12, 5]
+    planner = Planner(heights, [48.0, 13.0, 6.5], lambda k, rows: 0.5)
+    table = plan_table(planner, 100)
+    assert table.shape == (100 + 48 + 1, 5)
+    for m in range(1, 700):
+        cover = plan_of(table, heights, m)
+        tail = cover.tail_rows
+        assert sum(c * h for c, h in zip(cover.counts, heights)) + tail == m, m
+        assert 0 <= tail < heights[cover.tail_kernel] or tail == 0
+        if m < table.shape[0]:
+            whole = [sum(1 for p in planner.plan(m).pieces if p.kernel == k and not p.padded) for k in range(3)]
+            assert list(cover.counts) == whole, m
+        else:  # the tallest repeats: all the rows beyond the table's last are in its pieces
+            assert cover.counts[0] * heights[0] >= m - (table.shape[0] - 1), m
+
+
 def test_composition_picks_the_cheaper_cover():
     planner = Planner([8, 3], [8.0, 3.5], lambda k, rows: 1.0)
     assert planner.plan(9).describe() == "3x3" and planner.cost(9) == pytest.approx(10.5)
@@ -208,7 +229,7 @@ def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
 
     log = tmp_path / "dense.jsonl"
     assert main(["tune", "dense", "--shape", "batch=1..300,in_features=64,out_features=64", "--dynamic", "--trials",
-                 "2", "--tuner", "random", *UNHURRIED_CLI, "--quiet", "--max-ukernels", "2", "--log", str(log)]) == 0
+                 "2", "--tuner", "random", *UNHURRIED_CLI, "--quiet", "--log", str(log)]) == 0
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.ReLU(),
@@ -266,6 +287,28 @@ def test_tune_model_tunes_the_dynamic_sites_then_builds_from_them(tmp_path):
         x = torch.randn(m, 48)
         with torch.no_grad():
             np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
+
+
+def test_cli_extracts_and_builds_a_saved_dynamic_program(tmp_path, capsys):
+    """`autotune extract` and `autotune build -o` on a .pt2 saved with a dynamic batch: the uKernel tasks, then a
+    library with the symbolic input described."""
+    torch = pytest.importorskip("torch")
+    from autotune.model import load_library
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 40), torch.nn.Tanh()).eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(model, (torch.randn(3, 32),), dynamic_shapes={"input": {0: batch}})
+    saved = tmp_path / "mlp.pt2"
+    torch.export.save(program, saved)
+    assert main(["extract", str(saved)]) == 0
+    assert "dense(batch=" in capsys.readouterr().out
+    out = tmp_path / "mlp.so"
+    assert main(["build", str(saved), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "0 of 1 dynamic linear layers use tuned uKernels" in printed and "in 1..64, 32] float32" in printed
+    x = torch.randn(17, 32)
+    with torch.no_grad():
+        np.testing.assert_allclose(load_library(out)(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):

@@ -44,12 +44,13 @@ def make_ukernels(spec: DynamicSpec, best: dict[int, Record], heights: Sequence[
     return out
 
 
-def default_ukernels(spec: DynamicSpec, shipped: bool = True) -> tuple[list[UKernel], str]:
+def default_ukernels(spec: DynamicSpec, shipped: bool = True,
+                     heights: Sequence[int] | None = None) -> tuple[list[UKernel], str]:
     """(uKernels, where their configs come from: "shipped", "heuristic" or "shipped and heuristic") for an operator
-    the logs do not tune: the heights `rank_ukernels` chooses, each on the shipped config of the same or the
-    nearest task (mapped onto the uKernel template's space) where `shipped` and the knowledge has one, else the
-    heuristic config. Where this machine can time them (`shipped_check.measurable_here`), a shipped config and the
-    heuristic one are measured and the faster kept, its time the planner's cost; else the hardware model's
+    the logs do not tune: the heights `rank_ukernels` chooses (or `heights`), each on the shipped config of the
+    same or the nearest task (mapped onto the uKernel template's space) where `shipped` and the knowledge has one,
+    else the heuristic config. Where this machine can time them (`shipped_check.measurable_here`), a shipped config
+    and the heuristic one are measured and the faster kept, its time the planner's cost; else the hardware model's
     prediction is."""
     from ..model.default_schedule import default_template_func
     from ..model.shipped_check import Contest, measurable_here, verdicts
@@ -60,7 +61,7 @@ def default_ukernels(spec: DynamicSpec, shipped: bool = True) -> tuple[list[UKer
     ref = ukernel_template_ref(spec.op, spec.task(1).target_kind)
     template = resolve(ref)
     knowledge = Knowledge.load(spec.target) if shipped else None
-    heights = chosen_heights(rank_ukernels(spec, hw))
+    heights = chosen_heights(rank_ukernels(spec, hw)) if heights is None else list(heights)
     choices = []  # per height: (task, shipped config or None, heuristic config)
     for h in heights:
         task = spec.task(h)
@@ -79,6 +80,19 @@ def default_ukernels(spec: DynamicSpec, shipped: bool = True) -> tuple[list[UKer
             predict_time(hw, cost, h)
         out.append(UKernel(h, task, template.kernel(task, config)["main"], mean_s, None, template, config))
     return out, " and ".join(sorted(sources, reverse=True))
+
+
+def model_ukernels(spec: DynamicSpec, records: TuningDatabase, shipped: bool = True) -> tuple[list[UKernel], str]:
+    """(uKernels, where they come from) of a model's dynamic site: the records' uKernels, and for each height the
+    analytic model chooses that they lack (a model tuned with a small budget), the default one
+    (`default_ukernels`). Where: "logs", "logs and shipped", ..., or the defaults' alone."""
+    best = ukernel_records(spec, records)
+    missing = [h for h in chosen_heights(rank_ukernels(spec, hardware_model(spec.target))) if h not in best]
+    tuned = make_ukernels(spec, best) if best else []
+    if not missing:
+        return tuned, "logs"
+    defaults, source = default_ukernels(spec, shipped, missing)
+    return tuned + defaults, f"logs and {source}" if tuned else source
 
 
 def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | DynamicSpec, shape: str | None = None,

@@ -24,14 +24,14 @@ from ..model.library import ThreadVMs, numpy_outputs
 from ..thread_pool import load_executable
 from ..target import kernel_threads, parse_target, to_tvm_target, use_target_threads
 from .dispatch import DynamicKernel, as_aligned
-from .load import default_ukernels, make_ukernels, ukernel_records
+from .load import model_ukernels
 from .sites import dynamic_specs, import_dynamic, match_matmul
 from .spec import DynamicSpec
 
 @dataclass
 class DynamicSite:
-    """One dynamic matmul of the model and where its uKernels' configs come from: "logs" (tuned), "shipped" (the
-    shipped knowledge's, not tuned here) or "heuristic"."""
+    """One dynamic linear layer of the model and where its uKernels' configs come from: "logs" (tuned), "shipped"
+    (the shipped knowledge's, not tuned here), "heuristic", or the logs' and (for heights they lack) those."""
 
     spec: DynamicSpec
     source: str
@@ -43,6 +43,9 @@ class DynamicSite:
     def line(self) -> str:
         if self.tuned:
             return f"dynamic  {self.spec}: uKernels from the logs"
+        if self.source.startswith("logs"):
+            return f"dynamic  {self.spec}: uKernels from the logs, the heights they lack on " \
+                   f"{self.source.removeprefix('logs and ')} configs"
         return f"dynamic  {self.spec}: uKernels on {self.source} configs, not tuned (tune it: autotune " \
                f"tune-model, or autotune tune {self.spec.op} --shape {self.spec.dim}={self.spec.lo}..{self.spec.hi}," \
                f"{','.join(f'{k}={v}' for k, v in self.spec.fixed)} --dynamic)"
@@ -107,8 +110,7 @@ def rewrite_matmuls(mod: Any, target: dict, records: TuningDatabase,
         """The compiled cover's GlobalVar in the module and its kernel."""
         if (n, k) not in kernels:
             spec = specs[(n, k)][0]
-            best = ukernel_records(spec, records)
-            ukernels, source = (make_ukernels(spec, best), "logs") if best else default_ukernels(spec, shipped)
+            ukernels, source = model_ukernels(spec, records, shipped)
             kernel = DynamicKernel(spec, ukernels)
             name = f"dynamic_dense_n{n}_k{k}"
             kernels[(n, k)] = builder.add_func(kernel.func.with_attr("global_symbol", name), name), kernel

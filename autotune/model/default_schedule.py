@@ -171,10 +171,19 @@ def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
 def _schedule_symbolic(sch: Any, loops: list[Any], extents: list[int | None], n_spatial: int, lanes: int) -> bool:
     """A loop nest with a symbolic extent (a model exported with a dynamic size): the innermost loop vectorised
     where it is spatial, static and fits a vector's multiple, the other spatial loops fused and parallel (their
-    work unknown at build time: parallel, as for a large one)."""
+    work unknown at build time: parallel, as for a large one). A reduction (a product of two activations: attention)
+    runs its reduction loops outside the innermost spatial loop, so that the innermost loop walks the output row
+    and the second operand's row contiguously (vectorised where static, else left to LLVM's vectoriser)."""
     spatial = list(loops[:n_spatial])
     vector_loop = None
-    if n_spatial == len(loops) and extents[-1] is not None:
+    reduction = list(loops[n_spatial:])
+    if reduction and n_spatial >= 2:
+        inner = spatial.pop()
+        sch.reorder(*reduction, inner)
+        if extents[n_spatial - 1] is not None and _vector_width(extents[n_spatial - 1], lanes) == \
+                extents[n_spatial - 1] > 1:
+            vector_loop = inner
+    elif n_spatial == len(loops) and extents[-1] is not None:
         width = _vector_width(extents[-1], lanes)
         if width == extents[-1] > 1:
             vector_loop = spatial.pop()
