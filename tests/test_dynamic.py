@@ -311,6 +311,7 @@ def test_cli_extracts_and_builds_a_saved_dynamic_program(tmp_path, capsys):
         np.testing.assert_allclose(load_library(out)(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # the default tier's dynamic dense: the model tests'
 def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):
     """dense's uKernels take the weight packed (each its own tile): the dynamic kernel relays it for each; an int8
     kernel takes int8 and gives exact int32."""

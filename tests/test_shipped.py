@@ -215,6 +215,7 @@ def test_build_best_takes_the_shipped_config_where_the_logs_hold_none(shipped_de
         build_best(log, task, shipped=False)
 
 
+@pytest.mark.slow  # trains a cost model in a process of its own (15 s)
 def test_the_recipe_writes_a_class_best_configs_and_cost_model(tmp_path) -> None:
     import subprocess
     import sys

@@ -180,7 +180,6 @@ class UKernelTask:
     task: Task
     weight: float
     template: str
-    spec: DynamicSpec
 
 
 def pieces_per_call(spec: DynamicSpec, heights: list[int]) -> dict[int, float]:
@@ -202,7 +201,7 @@ def ukernel_tasks(spec: DynamicSpec, calls: int, max_kernels: int = 3) -> list[U
     heights = chosen_heights(rank_ukernels(spec, hardware_model(spec.target), max_kernels=max_kernels))
     pieces = pieces_per_call(spec, heights)
     ref = ukernel_template_ref(spec.op, spec.task(1).target_kind)
-    return [UKernelTask(spec.task(h), max(MIN_WEIGHT, round(pieces[h] * calls, 2)), ref, spec) for h in heights]
+    return [UKernelTask(spec.task(h), max(MIN_WEIGHT, round(pieces[h] * calls, 2)), ref) for h in heights]
 
 
 def dynamic_tasks(program: Any, target: dict, name: str = "model") -> list[UKernelTask]:
@@ -213,5 +212,5 @@ def dynamic_tasks(program: Any, target: dict, name: str = "model") -> list[UKern
         for t in ukernel_tasks(spec, calls):
             old = merged.get(t.task.key)
             weight = t.weight if old is None else round(old.weight + t.weight, 2)
-            merged[t.task.key] = UKernelTask(t.task, weight, t.template, t.spec)
+            merged[t.task.key] = UKernelTask(t.task, weight, t.template)
     return list(merged.values())

@@ -19,7 +19,7 @@ from .compose import Planner
 from ..hardware import CpuModel, CudaModel
 from .spec import DynamicSpec
 
-CALL_OVERHEAD_S = 5e-6  # one uKernel call from Python: FFI + thread-pool launch (a few microseconds)
+CALL_OVERHEAD_S = 5e-6  # one uKernel piece: its parallel region's launch on the thread pool (a few microseconds)
 PAD_FIXED_S = 2e-6  # a padded piece: slicing and two small copies
 COPY_BYTES_PER_S = 10e9
 ACHIEVED = 0.4  # share of FMA peak a uKernel tuned with a few dozen trials reaches
