@@ -289,6 +289,43 @@ def test_tune_model_tunes_the_dynamic_sites_then_builds_from_them(tmp_path):
             np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
 
 
+def test_a_dynamic_programs_calls_of_a_static_shape_are_tasks_too(tmp_path):
+    """A program with a dynamic and a static input (a decode step's cache and token): the linear layer on the
+    static one is an ordinary task, tuned with the uKernels and built on its record as a static build does."""
+    torch = pytest.importorskip("torch")
+    from conftest import UNHURRIED
+
+    from autotune.model import build_model, extract_tasks, tune_model
+
+    class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rows, self.token = torch.nn.Linear(32, 24), torch.nn.Linear(32, 40)
+
+        def forward(self, x, y):
+            return self.rows(x), self.token(y)
+
+    torch.manual_seed(2)
+    model = TwoInputs().eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(model, (torch.randn(5, 32), torch.randn(1, 32)),
+                                  dynamic_shapes={"x": {0: batch}, "y": None})
+    tasks = extract_tasks(program)
+    static = [t for t, _ in tasks if 40 in t.shape.values()]  # the token's layer: one row, 40 outputs
+    assert len(static) == 1 and 1 in static[0].shape.values()
+    assert {t.op for t, _ in tasks if t not in static} == {"dense"}
+    log = tmp_path / "two.jsonl"
+    tune_model(program, trials=2 * len(tasks), log=log, tuner="random", round_trials=2, retime=0,
+               runner_options=UNHURRIED, progress=lambda m: None)
+    assert static[0].key in {r.task.key for r in load_records(log)}
+    built = build_model(program, logs=[log])
+    assert "calls of a static shape: 1 of 1 tasks tuned from logs" in built.report.summary()
+    x, y = torch.randn(9, 32), torch.randn(1, 32)
+    with torch.no_grad():
+        for got, want in zip(built(x, y), model(x, y)):
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_cli_extracts_and_builds_a_saved_dynamic_program(tmp_path, capsys):
     """`autotune extract` and `autotune build -o` on a .pt2 saved with a dynamic batch: the uKernel tasks, then a
     library with the symbolic input described."""

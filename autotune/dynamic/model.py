@@ -58,6 +58,7 @@ class DynamicBuiltModel:
     name: str
     executable: Any
     sites: list[DynamicSite]
+    static: Any = None  # the BuildReport of its calls of a static shape (each a task, as in a static build)
     inputs: tuple[str, ...] = ()  # each user input's name, shape (a symbolic size with its range) and dtype
     threads: int = 1  # CPU threads of its parallel loops (the target's, see `target.kernel_threads`)
     _vms: Any = None
@@ -72,8 +73,11 @@ class DynamicBuiltModel:
 
     def summary(self) -> str:
         tuned = sum(s.tuned for s in self.sites)
-        return "\n".join([f"{tuned} of {len(self.sites)} dynamic linear layers use tuned uKernels"]
-                         + ["  " + s.line() for s in self.sites])
+        lines = [f"{tuned} of {len(self.sites)} dynamic linear layers use tuned uKernels"]
+        lines += ["  " + s.line() for s in self.sites]
+        if self.static is not None and self.static.kernels:
+            lines += ["calls of a static shape: " + self.static.summary()]
+        return "\n".join(lines)
 
     def tvm_args(self, *args: Any) -> list[Any]:
         """Inputs (numpy arrays or torch tensors) copied to TVM tensors."""
@@ -146,7 +150,8 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
                         name: str = "model", shipped: bool = True) -> DynamicBuiltModel:
     """Compile an ExportedProgram with symbolic sizes; its dynamic linear layers use the uKernels in the logs (else the
     shipped knowledge's configs where `shipped`, else heuristic ones)."""
-    from ..model.build import compile_lowered, lower_model
+    from ..model.build import compile_lowered, lower_relax
+    from ..shipped import Knowledge
 
     tgt = parse_target(target)
     if tgt["kind"] != "llvm":
@@ -156,9 +161,10 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
     mod, sites = rewrite_matmuls(mod, tgt, recs, shipped)
     tvm_target = to_tvm_target(tgt)
-    mod, _ = lower_model(mod, tgt, {}, tvm_target)  # the rest legalized, fused and on the default schedules
+    # its calls of a static shape on their tasks' kernels, the rest legalized, fused and on the default schedules
+    mod, static = lower_relax(mod, tgt, recs, knowledge=Knowledge.load(tgt) if shipped else None)
     executable = compile_lowered(mod, tvm_target)
-    return DynamicBuiltModel(name, executable, sites, input_descriptions(program), kernel_threads(tgt))
+    return DynamicBuiltModel(name, executable, sites, static, input_descriptions(program), kernel_threads(tgt))
 
 
 def input_descriptions(program: Any) -> tuple[str, ...]:

@@ -174,12 +174,13 @@ def dynamic_specs(mod: Any, target: dict) -> dict[tuple[int, int], tuple[Dynamic
 
 @dataclass(frozen=True)
 class UKernelTask:
-    """A static task to tune for a dynamic site: one of its uKernels, weighted by its pieces per inference (the
-    mean over the range: a fraction where most sizes take none)."""
+    """A static task to tune for a dynamic program: one of a dynamic site's uKernels, weighted by its pieces per
+    inference (the mean over the range: a fraction where most sizes take none), or a call of a static shape, weighted
+    by its calls (`template` None: the operator's default template)."""
 
     task: Task
     weight: float
-    template: str
+    template: str | None
 
 
 def pieces_per_call(spec: DynamicSpec, heights: list[int]) -> dict[int, float]:
@@ -205,7 +206,10 @@ def ukernel_tasks(spec: DynamicSpec, calls: int, max_kernels: int = 3) -> list[U
 
 
 def dynamic_tasks(program: Any, target: dict, name: str = "model") -> list[UKernelTask]:
-    """Every dynamic site's uKernel tasks (a task two sites share: its weights summed)."""
+    """Every dynamic site's uKernel tasks (a task two sites share: its weights summed), then the tasks of the
+    program's calls of a static shape (`extract.find_sites`, as a static build finds them)."""
+    from ..model.extract import find_sites, merge_sites
+
     mod = import_dynamic(program, name)
     merged: dict[str, UKernelTask] = {}
     for spec, calls in dynamic_specs(mod, target).values():
@@ -213,4 +217,5 @@ def dynamic_tasks(program: Any, target: dict, name: str = "model") -> list[UKern
             old = merged.get(t.task.key)
             weight = t.weight if old is None else round(old.weight + t.weight, 2)
             merged[t.task.key] = UKernelTask(t.task, weight, t.template)
-    return list(merged.values())
+    static = [UKernelTask(task, weight, None) for task, weight in merge_sites(find_sites(mod, target)[0])]
+    return list(merged.values()) + [t for t in static if t.task.key not in merged]

@@ -420,8 +420,13 @@ def lower_captured(captured: Captured, target: dict, records: TuningDatabase | I
                    fuse: bool = True, knowledge: Knowledge | None = None) -> tuple[Any, BuildReport]:
     """(lowered Relax module, report): each task of the model on its best record's config (else the shipped
     knowledge's, else the default one), fused and scheduled as `lower_model` does; ready for `compile_lowered`."""
+    return lower_relax(captured.mod, target, records, fuse, knowledge)
 
-    sites, skipped = find_sites(captured.mod, target)
+
+def lower_relax(mod: Any, target: dict, records: TuningDatabase | Iterable[Record], fuse: bool = True,
+                knowledge: Knowledge | None = None) -> tuple[Any, BuildReport]:
+    """`lower_captured` of a Relax module (a dynamic model's too: its calls of a static shape are its tasks)."""
+    sites, skipped = find_sites(mod, target)
     db = TuningDatabase.of(records)
     best = db.best_by_task()
     stale = {r.task.key for r in db if r.result.ok}
@@ -433,5 +438,5 @@ def lower_captured(captured: Captured, target: dict, records: TuningDatabase | I
         report.kernels.append(choice)
     if knowledge is not None and measurable_here(target):
         report.kernels = check_nearest_shipped(kernels, report.kernels)
-    mod, report.generic = lower_model(captured.mod, target, kernels, to_tvm_target(target), fuse)
+    mod, report.generic = lower_model(mod, target, kernels, to_tvm_target(target), fuse)
     return mod, report

@@ -130,10 +130,11 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
     learns = learns_from_transfer(tuner)
     templates: dict[str, str] = {}  # task key -> its own template (a dynamic site's uKernels)
     program = dynamic_program(model)
-    if program is not None:  # a symbolic size: its dynamic sites' uKernels, weighted by their pieces per inference
+    if program is not None:  # a symbolic size: its dynamic sites' uKernels (weighted by their pieces per inference)
+        # and its calls of a static shape
         dynamic = dynamic_tasks(program, resolve_target(target), name=str(model)[:80])
         tasks = [(t.task, t.weight) for t in dynamic]
-        templates = {t.task.key: t.template for t in dynamic}
+        templates = {t.task.key: t.template for t in dynamic if t.template}
     else:
         tasks = extract_tasks(model, inputs, target, via=via)
     if not tasks:
