@@ -1,16 +1,18 @@
-"""A GPT-2-style decoder block with a dynamic prompt length (prefill): one dynamic build against static builds
-tuned per length, PyTorch eager and Inductor (`dynamic=True`).
+"""A GPT-2-style decoder block with a dynamic prompt length (prefill) or cache length (decode): one dynamic build
+against static builds tuned per length, PyTorch eager and Inductor (`dynamic=True`).
 
 The block is `models.GPTBlock` (d_model 768, 12 heads, GPT-2's layout; random weights, no download), exported
-once with the prompt length a `torch.export.Dim` over 1..1024 and once per length with static shapes. Dynamic:
-`tune_model` on the dynamic program (its four weight matmuls' uKernels, weighted by their pieces per inference
-over the range), then one `build_model`. Static: `tune_model` of each length on its own (its own log folder, so
-nothing transfers between lengths), then a build per length. Both start from the shipped knowledge, as a user's
+once with the prompt (or cache) length a `torch.export.Dim` over 1..1024 and once per length with static shapes.
+Dynamic: `tune_model` on the dynamic program (prefill: its linear layers' uKernels, weighted by their pieces per
+inference over the range; decode: its linear layers, of one row, as ordinary tasks), then one `build_model`.
+Static: `tune_model` of each length on its own (its own log folder, so nothing transfers between lengths), then
+a build per length. Both start from the shipped knowledge, as a user's
 run does. Every output is checked against eager; the four contenders are timed interleaved (the least of 3
 medians of 5 samples), in one process. Tuning logs and wall times live under --work (re-running resumes).
 
-    python benchmarks/bench_dynamic_model.py                         # tune, build, time, check (about an hour)
+    python benchmarks/bench_dynamic_model.py                         # tune, build, time, check (about 25 min)
     python benchmarks/bench_dynamic_model.py --no-tune               # build and time from the logs
+    python benchmarks/bench_dynamic_model.py --phase decode          # one token against a cache of 1..1024
 """
 
 from __future__ import annotations
@@ -48,26 +50,31 @@ def block():
     return GPTBlock(HEADS * HEAD_DIM, HEADS).eval()
 
 
-def prefill_inputs(length: int, seed: int = 0):
+def phase_inputs(phase: str, length: int, seed: int = 0):
+    """prefill: `length` new tokens, no cache; decode: one new token against a cache of `length` tokens."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    empty = torch.zeros(1, HEADS, 0, HEAD_DIM)
-    return torch.randn(1, length, HEADS * HEAD_DIM, generator=gen), empty, empty.clone()
+    if phase == "prefill":
+        empty = torch.zeros(1, HEADS, 0, HEAD_DIM)
+        return torch.randn(1, length, HEADS * HEAD_DIM, generator=gen), empty, empty.clone()
+    return (torch.randn(1, 1, HEADS * HEAD_DIM, generator=gen),
+            *(torch.randn(1, HEADS, length, HEAD_DIM, generator=gen) for _ in range(2)))
 
 
-def export_dynamic(model):
+def export_dynamic(model, phase: str):
     import torch
 
     t = torch.export.Dim("t", min=RANGE[0], max=RANGE[1])
-    return torch.export.export(model, prefill_inputs(16), dynamic_shapes={"x": {1: t}, "past_k": None,
-                                                                          "past_v": None})
+    shapes = ({"x": {1: t}, "past_k": None, "past_v": None} if phase == "prefill" else
+              {"x": None, "past_k": {2: t}, "past_v": {2: t}})
+    return torch.export.export(model, phase_inputs(phase, 16), dynamic_shapes=shapes)
 
 
-def export_static(model, length: int):
+def export_static(model, phase: str, length: int):
     import torch
 
-    return torch.export.export(model, prefill_inputs(length))
+    return torch.export.export(model, phase_inputs(phase, length))
 
 
 def tune(args, model, times: Times) -> None:
@@ -76,10 +83,10 @@ def tune(args, model, times: Times) -> None:
     from autotune.model import extract_tasks
 
     quiet = (lambda msg: None) if not args.verbose else None
-    dynamic = export_dynamic(model)
+    dynamic = export_dynamic(model, args.phase)
     # the dynamic program's uKernel tasks share a small budget: rounds of an equal share each, so every one is tuned
     runs = [("dynamic", dynamic, args.dynamic_trials, max(1, args.dynamic_trials // len(extract_tasks(dynamic))))]
-    runs += [(f"static-t{t}", export_static(model, t), args.static_trials, 16) for t in LENGTHS]
+    runs += [(f"static-t{t}", export_static(model, args.phase, t), args.static_trials, 16) for t in LENGTHS]
     for name, program, trials, rounds in runs:
         log = Path(args.work) / name / "log.jsonl"
         before, t0 = _count(log), time.perf_counter()
@@ -96,14 +103,15 @@ def compare(args, model, times: Times) -> str:
     from autotune.model import build_model
 
     dyn_log = Path(args.work) / "dynamic" / "log.jsonl"
-    dynamic = build_model(export_dynamic(model), logs=[dyn_log])
+    dynamic = build_model(export_dynamic(model, args.phase), logs=[dyn_log])
     inductor = torch.compile(model, dynamic=True)
     rows, vs_static, vs_eager, vs_inductor = [], [], [], []
     static_s = sum(times.get(f"static-t{t}") for t in LENGTHS)
     static_trials = sum(_trials(Path(args.work) / f"static-t{t}" / "log.jsonl") for t in LENGTHS)
     for t in LENGTHS:
-        static = build_model(export_static(model, t), logs=[Path(args.work) / f"static-t{t}" / "log.jsonl"])
-        inputs = prefill_inputs(t, seed=t)
+        static = build_model(export_static(model, args.phase, t),
+                             logs=[Path(args.work) / f"static-t{t}" / "log.jsonl"])
+        inputs = phase_inputs(args.phase, t, seed=t)
         with torch.no_grad():
             want = [o.numpy() for o in model(*inputs)]
             for name, got in (("dynamic", dynamic(*inputs)), ("static", static(*inputs)),
@@ -129,7 +137,8 @@ def compare(args, model, times: Times) -> str:
         f"**{_geo(vs_inductor):.2f}x** (goal >= 1.0x).",
         "", dynamic.report.summary().replace("\n", "\n    "),
     ]
-    return "\n".join(summary + ["", "| prompt length | dynamic ms | static ms | eager ms | Inductor ms | "
+    length = "prompt length" if args.phase == "prefill" else "cache length"
+    return "\n".join(summary + ["", f"| {length} | dynamic ms | static ms | eager ms | Inductor ms | "
                                     "dynamic vs static | vs eager | vs Inductor |",
                                 "|---|---|---|---|---|---|---|---|", *rows])
 
@@ -139,7 +148,9 @@ def main() -> None:
     ap.add_argument("--static-trials", type=int, default=64, help="tune-model trials of each length's static build")
     ap.add_argument("--dynamic-trials", type=int, default=40, help="tune-model trials of the dynamic build")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--work", default="benchmarks/work/dynamic_model")
+    ap.add_argument("--phase", choices=["prefill", "decode"], default="prefill",
+                    help="prefill: a prompt of 1..1024 tokens; decode: one token against a cache of 1..1024")
+    ap.add_argument("--work", help="logs and tuning times (default: benchmarks/work/dynamic_model[_decode])")
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="print tune-model's progress")
     ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
@@ -149,6 +160,8 @@ def main() -> None:
         LENGTHS[:] = [int(v) for v in args.lengths.split(",")]
         args.no_write = True
     reexec_clean(args.threads)
+    suffix = "" if args.phase == "prefill" else "_decode"
+    args.work = args.work or f"benchmarks/work/dynamic_model{suffix}"
     warnings.simplefilter("ignore")
     import torch
     import tvm
@@ -161,19 +174,22 @@ def main() -> None:
     if not args.no_tune:
         tune(args, model, times)
     body = compare(args, model, times)
+    what = ("a dynamic prompt length", "prefill of t tokens (no cache)", "its four linear layers on dynamic dense "
+            "kernels") if args.phase == "prefill" else \
+        ("a dynamic cache length", "decode of one token against a cache of t tokens", "its linear layers, of a "
+         "static shape, on their tasks' kernels")
     text = "\n".join([
-        "## A decoder block with a dynamic prompt length: one dynamic build vs static builds per length "
+        f"## A decoder block with {what[0]}: one dynamic build vs static builds per length "
         "(`benchmarks/bench_dynamic_model.py`)", "",
         (f"CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads (TVM and torch); TVM "
-         f"{tvm.__version__}, torch {torch.__version__}. GPT-2-style block (d_model 768, 12 heads), batch 1, prefill "
-         f"of t tokens (no cache), float32. Dynamic: one export with t in {RANGE[0]}..{RANGE[1]}, `tune_model` "
-         f"{args.dynamic_trials} trials in rounds of an equal share per uKernel task, one build (its four linear "
-         "layers on dynamic dense kernels; attention, softmax and norms on the generic schedules of symbolic loop "
-         f"nests). Static: an export, `tune_model` {args.static_trials} trials (rounds of 16) and a build per "
-         "length. Inductor: `torch.compile(dynamic=True)`. Times: the least of 3 interleaved medians of 5 samples; "
-         "every output checked against eager."), "",
+         f"{tvm.__version__}, torch {torch.__version__}. GPT-2-style block (d_model 768, 12 heads), batch 1, "
+         f"{what[1]}, float32. Dynamic: one export with t in {RANGE[0]}..{RANGE[1]}, `tune_model` "
+         f"{args.dynamic_trials} trials in rounds of an equal share per task, one build ({what[2]}; attention, "
+         "softmax and norms on the generic schedules of symbolic loop nests). Static: an export, `tune_model` "
+         f"{args.static_trials} trials (rounds of 16) and a build per length. Inductor: `torch.compile(dynamic=True)`. "
+         "Times: the least of 3 interleaved medians of 5 samples; every output checked against eager."), "",
         body])
-    report("dynamic_model", text, write=not args.no_write)
+    report(f"dynamic_model{suffix}", text, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ class DynamicBuiltModel:
 
     def summary(self) -> str:
         tuned = sum(s.tuned for s in self.sites)
-        lines = [f"{tuned} of {len(self.sites)} dynamic linear layers use tuned uKernels"]
+        lines = [f"{tuned} of {len(self.sites)} dynamic linear layers use tuned uKernels" if self.sites
+                 else "no dynamic linear layer (no linear layer's rows vary)"]
         lines += ["  " + s.line() for s in self.sites]
         if self.static is not None and self.static.kernels:
             lines += ["calls of a static shape: " + self.static.summary()]
