@@ -22,7 +22,6 @@ from typing import Any
 
 from ..errors import AutotuneError
 from ..hardware import hardware_model
-from ..operators import ukernel_template_ref
 from ..task import Task
 from .compose import Planner
 from .spec import DynamicSpec, parse_dynamic
@@ -172,17 +171,6 @@ def dynamic_specs(mod: Any, target: dict) -> dict[tuple[int, int], tuple[Dynamic
             for (n, k), (lo, hi, calls) in found.items()}
 
 
-@dataclass(frozen=True)
-class UKernelTask:
-    """A static task to tune for a dynamic program: one of a dynamic site's uKernels, weighted by its pieces per
-    inference (the mean over the range: a fraction where most sizes take none), or a call of a static shape, weighted
-    by its calls (`template` None: the operator's default template)."""
-
-    task: Task
-    weight: float
-    template: str | None
-
-
 def pieces_per_call(spec: DynamicSpec, heights: list[int]) -> dict[int, float]:
     """Height -> pieces of that uKernel one call takes, on average over sizes spread log-uniformly over the
     range (the planner's covers on the hardware model's predicted times)."""
@@ -197,25 +185,24 @@ def pieces_per_call(spec: DynamicSpec, heights: list[int]) -> dict[int, float]:
     return counts
 
 
-def ukernel_tasks(spec: DynamicSpec, calls: int, max_kernels: int = 3) -> list[UKernelTask]:
-    """The uKernel tasks of a site, tallest first; a uKernel few sampled sizes use still gets MIN_WEIGHT."""
+def ukernel_tasks(spec: DynamicSpec, calls: int, max_kernels: int = 3) -> list[tuple[Task, float]]:
+    """(uKernel task, its pieces per inference: the mean over the range, a fraction where most sizes take none) of
+    a site, tallest first; a uKernel few sampled sizes use still gets MIN_WEIGHT. A dense site's uKernels are tuned
+    on the operator's default template (`ukernel_template_ref` is the same), as its static calls are."""
     heights = chosen_heights(rank_ukernels(spec, hardware_model(spec.target), max_kernels=max_kernels))
     pieces = pieces_per_call(spec, heights)
-    ref = ukernel_template_ref(spec.op, spec.task(1).target_kind)
-    return [UKernelTask(spec.task(h), max(MIN_WEIGHT, round(pieces[h] * calls, 2)), ref) for h in heights]
+    return [(spec.task(h), max(MIN_WEIGHT, round(pieces[h] * calls, 2))) for h in heights]
 
 
-def dynamic_tasks(program: Any, target: dict, name: str = "model") -> list[UKernelTask]:
-    """Every dynamic site's uKernel tasks (a task two sites share: its weights summed), then the tasks of the
-    program's calls of a static shape (`extract.find_sites`, as a static build finds them)."""
+def dynamic_tasks(program: Any, target: dict, name: str = "model") -> list[tuple[Task, float]]:
+    """(task, weight) of every dynamic site's uKernels (a task two sites share: its weights summed), then of the
+    program's calls of a static shape (`extract.find_sites`, as a static build finds them: weight = calls)."""
     from ..model.extract import find_sites, merge_sites
 
     mod = import_dynamic(program, name)
-    merged: dict[str, UKernelTask] = {}
+    merged: dict[Task, float] = {}
     for spec, calls in dynamic_specs(mod, target).values():
-        for t in ukernel_tasks(spec, calls):
-            old = merged.get(t.task.key)
-            weight = t.weight if old is None else round(old.weight + t.weight, 2)
-            merged[t.task.key] = UKernelTask(t.task, weight, t.template)
-    static = [UKernelTask(task, weight, None) for task, weight in merge_sites(find_sites(mod, target)[0])]
-    return list(merged.values()) + [t for t in static if t.task.key not in merged]
+        for task, weight in ukernel_tasks(spec, calls):
+            merged[task] = round(merged.get(task, 0.0) + weight, 2)
+    static = [(task, weight) for task, weight in merge_sites(find_sites(mod, target)[0]) if task not in merged]
+    return list(merged.items()) + static

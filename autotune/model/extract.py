@@ -522,7 +522,7 @@ def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
 
     program = None if isinstance(model, Captured) else dynamic_program(model)
     if program is not None:  # a symbolic size: the uKernels of its dynamic sites (`autotune.dynamic.sites`)
-        return [(t.task, t.weight) for t in dynamic_tasks(program, resolve_target(target), name=str(model)[:80])]
+        return dynamic_tasks(program, resolve_target(target), name=str(model)[:80])
     if isinstance(model, Captured):
         captured = model
     elif via == "compile":

@@ -30,8 +30,7 @@ from ..shipped import shipped_enabled
 from ..transfer import shipped_records, start_options, transfer_logs, transfer_summary
 from ..tune import ensure_measurable, open_session
 from ..tuners import learns_from_transfer
-from ..dynamic.sites import dynamic_program, dynamic_tasks
-from .extract import extract_tasks, resolve_target
+from .extract import extract_tasks
 
 
 BACKWARD_WINDOW = 2  # rounds over which the recent improvement is measured
@@ -128,15 +127,7 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
     if trials < 1:
         raise AutotuneError("--trials must be >= 1")
     learns = learns_from_transfer(tuner)
-    templates: dict[str, str] = {}  # task key -> its own template (a dynamic site's uKernels)
-    program = dynamic_program(model)
-    if program is not None:  # a symbolic size: its dynamic sites' uKernels (weighted by their pieces per inference)
-        # and its calls of a static shape
-        dynamic = dynamic_tasks(program, resolve_target(target), name=str(model)[:80])
-        tasks = [(t.task, t.weight) for t in dynamic]
-        templates = {t.task.key: t.template for t in dynamic if t.template}
-    else:
-        tasks = extract_tasks(model, inputs, target, via=via)
+    tasks = extract_tasks(model, inputs, target, via=via)  # a dynamic program's: `autotune.dynamic.sites`
     if not tasks:
         raise AutotuneError("the model has no tunable operator "
                             "(convolution: 1-d, 2-d, grouped, depthwise, transposed; matmul)")
@@ -158,8 +149,8 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
             """The task's session; before a round of its tuner, the other tasks' records it has not learned yet."""
             key = state.task.key
             if key not in sessions:
-                sessions[key] = open_session(state.task, db, measurer, tuner, templates.get(key, template), seed,
-                                             tuner_options, lambda: transfer_of(state.task), cache)
+                sessions[key] = open_session(state.task, db, measurer, tuner, template, seed, tuner_options,
+                                             lambda: transfer_of(state.task), cache)
             elif transfer_on and (made := sessions[key].tuner_if_made()) is not None:
                 if new := [r for r in db.records()[synced[key]:] if r.task.key != key]:
                     made.add_transfer(new)
