@@ -109,6 +109,8 @@ def _normalisation(kind: str, shape: tuple[int, ...]):
     ("softmax", (4, 32, 32), "dlight-reduction"),
     ("layer_norm", (5, 77), "generic"),  # odd rows: whole vectors and a scalar tail
     ("layer_norm", (5, 64), "dlight-reduction"),
+    ("layer_norm", (1, 1, 768), "generic"),  # one row (a decoding step): DLight would sum it again per element
+    ("softmax", (1, 1, 64), "generic"),
 ])
 def test_odd_rows_of_a_norm_leave_dlight_softmax_does_not(kind, shape, how):
     import tvm

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from ..thread_pool import load_executable
 from ..target import kernel_threads, parse_target, to_tvm_target, use_target_threads
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
+from .symbolic_ops import rewrite_symbolic_ops
 from .sites import dynamic_specs, import_dynamic, match_matmul
 from .spec import DynamicSpec
 
@@ -61,6 +62,7 @@ class DynamicBuiltModel:
     static: Any = None  # the BuildReport of its calls of a static shape (each a task, as in a static build)
     inputs: tuple[str, ...] = ()  # each user input's name, shape (a symbolic size with its range) and dtype
     threads: int = 1  # CPU threads of its parallel loops (the target's, see `target.kernel_threads`)
+    symbolic: dict[str, int] = field(default_factory=dict)  # hand-written kernel -> calls (`symbolic_ops`)
     _vms: Any = None
 
     @property
@@ -76,6 +78,8 @@ class DynamicBuiltModel:
         lines = [f"{tuned} of {len(self.sites)} dynamic linear layers use tuned uKernels" if self.sites
                  else "no dynamic linear layer (no linear layer's rows vary)"]
         lines += ["  " + s.line() for s in self.sites]
+        if self.symbolic:
+            lines.append("walking a symbolic size: " + ", ".join(f"{n} calls on {k}" for k, n in self.symbolic.items()))
         if self.static is not None and self.static.kernels:
             lines += ["calls of a static shape: " + self.static.summary()]
         return "\n".join(lines)
@@ -161,11 +165,13 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     mod = import_dynamic(program, name)
     recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
     mod, sites = rewrite_matmuls(mod, tgt, recs, shipped)
+    mod, symbolic = rewrite_symbolic_ops(mod)
     tvm_target = to_tvm_target(tgt)
     # its calls of a static shape on their tasks' kernels, the rest legalized, fused and on the default schedules
     mod, static = lower_relax(mod, tgt, recs, knowledge=Knowledge.load(tgt) if shipped else None)
     executable = compile_lowered(mod, tvm_target)
-    return DynamicBuiltModel(name, executable, sites, static, input_descriptions(program), kernel_threads(tgt))
+    return DynamicBuiltModel(name, executable, sites, static, input_descriptions(program), kernel_threads(tgt),
+                             symbolic)
 
 
 def input_descriptions(program: Any) -> tuple[str, ...]:

@@ -143,7 +143,7 @@ def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
         return False
     extents = [_extent(sch, lp) for lp in loops]
     if any(e is None for e in extents):  # a symbolic size: its spatial loops in parallel, vectors where static
-        return _schedule_symbolic(sch, loops, extents, n_spatial, lanes)
+        return _schedule_symbolic(sch, blk, loops, extents, n_spatial, lanes)
     spatial = list(loops[:n_spatial])
     vector_loop = tail_loop = None
     if n_spatial == len(loops):  # purely spatial: vectorise the innermost loop
@@ -168,16 +168,31 @@ def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
     return True
 
 
-def _schedule_symbolic(sch: Any, loops: list[Any], extents: list[int | None], n_spatial: int, lanes: int) -> bool:
+def _walks_rows(sch: Any, blk: Any, n_spatial: int) -> bool:
+    """Whether a reduction block reads some buffer along its innermost spatial variable (its last index: a
+    product's second operand, B[k, j]), so that the reduction is better outside that loop; a row's reduction
+    (softmax's max and sum, x[i, k]) reads along the reduction and keeps it innermost."""
+    block = sch.get(blk)
+    inner = block.iter_vars[n_spatial - 1].var
+    for region in block.reads:
+        last = region.region[-1].min if region.region else None
+        if last is not None and getattr(last, "same_as", None) and last.same_as(inner):
+            return True
+    return False
+
+
+def _schedule_symbolic(sch: Any, blk: Any, loops: list[Any], extents: list[int | None], n_spatial: int,
+                       lanes: int) -> bool:
     """A loop nest with a symbolic extent (a model exported with a dynamic size): the innermost loop vectorised
-    where it is spatial, static and fits a vector's multiple, the other spatial loops fused and parallel (their
+    where it is spatial, static and fits a vector's multiple (where it is symbolic, left serial: LLVM's vectoriser
+    makes whole vectors and a scalar tail of it), the other spatial loops fused and parallel (their
     work unknown at build time: parallel, as for a large one). A reduction (a product of two activations: attention)
     runs its reduction loops outside the innermost spatial loop, so that the innermost loop walks the output row
     and the second operand's row contiguously (vectorised where static, else left to LLVM's vectoriser)."""
     spatial = list(loops[:n_spatial])
     vector_loop = None
     reduction = list(loops[n_spatial:])
-    if reduction and n_spatial >= 2:
+    if reduction and n_spatial >= 2 and _walks_rows(sch, blk, n_spatial):
         inner = spatial.pop()
         sch.reorder(*reduction, inner)
         if extents[n_spatial - 1] is not None and _vector_width(extents[n_spatial - 1], lanes) == \
@@ -189,6 +204,8 @@ def _schedule_symbolic(sch: Any, loops: list[Any], extents: list[int | None], n_
             vector_loop = spatial.pop()
         elif width > 1:
             spatial[-1], vector_loop = sch.split(spatial[-1], factors=[None, width])
+    elif n_spatial == len(loops) and n_spatial >= 2:
+        spatial.pop()  # a symbolic innermost loop stays serial: LLVM vectorises it (fused, it would not be)
     if spatial:
         sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
     if vector_loop is not None:
@@ -260,13 +277,23 @@ def _rows_leave_dlight(func: Any, lanes: int) -> bool:
     return not any(computes_over(p, b) for b in blocks if reduces(b) for p in sch.get_producers(b) if not reduces(p))
 
 
+def _one_row(func: Any) -> bool:
+    """Whether the output is a single row (every dimension but the last of size 1: a decoding step's norm). DLight's
+    rule takes the row's elements for its rows there, and computes the row's sums again for every element."""
+    try:
+        shape = [int(d) for d in func.params[-1].ty.shape]
+    except (AttributeError, TypeError):  # a scalar, a symbolic size
+        return False
+    return len(shape) >= 1 and math.prod(shape[:-1]) == 1 and shape[-1] > 1
+
+
 def generic_schedule(func: Any, target: Any, lanes: int = VECTOR) -> tuple[Any, str]:
     """(scheduled PrimFunc marked scheduled, which schedule was used); `lanes`: fp32 lanes of the target's vectors.
     A reshape keeps loops the Relax VM recognises as one (RewriteDataflowReshape makes it a view, not a copy)."""
     from tvm import relax
 
     tail = not relax.analysis.has_reshape_pattern(func)
-    sch = None if _rows_leave_dlight(func, lanes) else _dlight_reduction(func, target)
+    sch = None if _one_row(func) or _rows_leave_dlight(func, lanes) else _dlight_reduction(func, target)
     how = "dlight-reduction"
     if sch is None:
         try:

@@ -1,0 +1,273 @@
+"""Hand-written kernels for the operators of a dynamic model whose size varies in the dimension they walk: one
+compiled function for every size, vectors throughout, as the generic schedules of symbolic loop nests cannot
+(TVM's schedules vectorise a symbolic loop only under a predicate, which it then scalarises).
+
+- **Products of two activations** (attention's scores q·kᵀ, seq x seq, and its weighted sum p·v, seq x head_dim):
+  a `matmul(a, b)` whose operands are both computed (no constant weight to pack at build time) and of which a size
+  varies becomes `batch_matmul_func`: the batch (the leading dimensions, flattened) in parallel with the output's
+  rows, each output computed in register tiles of R rows x W columns (R = 4 where there are 4 rows, else 1; W =
+  32 or 16 fp32 lanes where the rows are that long), the reduction innermost, the tile's sums in registers. Tiles
+  at the last rows and columns overlap the ones before them (they start at m - R, n - W), so every tile is whole:
+  no predicate, no scalar tail. Rows shorter than 16 run a plain loop.
+- **Softmax over a symbolic last axis** (attention's probabilities): `softmax_func`, a row per iteration of a
+  parallel loop, its three passes (max, exp and sum, scale) over the row while it is in cache, each in whole
+  vectors then a scalar tail; exp is TVM's fast_exp polynomial, as in a static build.
+
+`rewrite_symbolic_ops` replaces such calls in a Relax module (`SYMBOLIC_OPS`: operator -> matcher and kernel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ROW_TILE = 4  # output rows per register tile
+LANE_TILES = (32, 16)  # output columns per register tile (2 or 1 AVX-512 vectors), the widest that fits the rows
+
+
+def batch_matmul_func(dtype: str = "float32") -> Any:
+    """C[b] = A[b] @ B[b] for A [batch, m, k], B [batch, k, n], C [batch, m, n], every size symbolic."""
+    from tvm.script import tirx as T
+
+    def tiled(rows: int, lanes: int) -> Any:
+        @T.macro
+        def body(A, B, C, nb, m, n, kd):
+            row_tiles = (m + T.int64(rows - 1)) // T.int64(rows)
+            col_tiles = (n + T.int64(lanes - 1)) // T.int64(lanes)
+            for job in T.parallel(nb * row_tiles):
+                bi = job // row_tiles
+                i0 = T.min(job % row_tiles * T.int64(rows), m - T.int64(rows))  # the last tile overlaps
+                for jt in range(col_tiles):
+                    j0 = T.min(jt * T.int64(lanes), n - T.int64(lanes))
+                    acc = T.alloc_buffer((rows, lanes), dtype, scope="local")
+                    for r in T.unroll(rows):
+                        for v in T.vectorized(lanes):
+                            acc[r, v] = T.cast(0, dtype)
+                    for kk in range(kd):
+                        for r in T.unroll(rows):
+                            for v in T.vectorized(lanes):
+                                acc[r, v] = acc[r, v] + A[bi, i0 + r, kk] * B[bi, kk, j0 + v]
+                    for r in T.unroll(rows):
+                        for v in T.vectorized(lanes):
+                            C[bi, i0 + r, j0 + v] = acc[r, v]
+        return body
+
+    wide4, narrow4 = tiled(ROW_TILE, LANE_TILES[0]), tiled(ROW_TILE, LANE_TILES[1])
+    wide1, narrow1 = tiled(1, LANE_TILES[0]), tiled(1, LANE_TILES[1])
+
+    @T.prim_func
+    def batch_matmul(a: T.handle, b: T.handle, c: T.handle):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        nb, m, n, kd = T.int64(), T.int64(), T.int64(), T.int64()
+        A = T.match_buffer(a, (nb, m, kd), dtype)
+        B = T.match_buffer(b, (nb, kd, n), dtype)
+        C = T.match_buffer(c, (nb, m, n), dtype)
+        if n >= T.int64(LANE_TILES[0]):
+            if m >= T.int64(ROW_TILE):
+                wide4(A, B, C, nb, m, n, kd)
+            else:
+                wide1(A, B, C, nb, m, n, kd)
+        elif n >= T.int64(LANE_TILES[1]):
+            if m >= T.int64(ROW_TILE):
+                narrow4(A, B, C, nb, m, n, kd)
+            else:
+                narrow1(A, B, C, nb, m, n, kd)
+        else:
+            for job in T.parallel(nb * m):
+                for j in range(n):
+                    C[job // m, job % m, j] = T.cast(0, dtype)
+                    for kk in range(kd):
+                        C[job // m, job % m, j] = C[job // m, job % m, j] + A[job // m, job % m, kk] * \
+                            B[job // m, kk, j]
+
+    return batch_matmul
+
+
+LANES = 16  # fp32 lanes of an AVX-512 vector: softmax's passes
+
+
+def fast_exp(x: Any) -> Any:
+    """TVM's fast_exp (topi): exp by 2^n times a degree-7 polynomial, |error| ~ 1e-7 relative, vectorisable."""
+    from tvm import tirx
+
+    f32 = "float32"
+    c = lambda v: tirx.const(v, f32)  # noqa: E731 - a constant's shorthand
+    clamped = tirx.max(tirx.min(x, c(88.3762626647949)), c(-88.3762626647949))
+    n = tirx.floor(clamped * c(1.4426950216293335) + c(0.5))
+    p = clamped - n * c(0.6931471824645996)
+    poly = c(1.9875691e-4)
+    for coef in (1.3981999e-3, 8.3334519e-3, 4.1665796e-2, 1.6666666e-1, 0.5):
+        poly = poly * p + c(coef)
+    poly = poly * p * p + p + c(1.0)
+    scale = tirx.call_intrin(f32, "tirx.reinterpret", tirx.Cast("int32", n + c(127.0)) << 23)
+    return tirx.max(scale * poly, x)
+
+
+def softmax_func() -> Any:
+    """Y = softmax(X) over the last axis of X, Y [rows, n], both sizes symbolic."""
+    from tvm.script import tirx as T
+
+    lanes = LANES
+
+    @T.prim_func
+    def softmax(x: T.handle, y: T.handle):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        rows, n = T.int64(), T.int64()
+        X = T.match_buffer(x, (rows, n), "float32")
+        Y = T.match_buffer(y, (rows, n), "float32")
+        whole = n // T.int64(lanes)
+        for r in T.parallel(rows):
+            vec = T.alloc_buffer((lanes,), "float32", scope="local")
+            one = T.alloc_buffer((2,), "float32", scope="local")  # the row's max, then its sum
+            for v in T.vectorized(lanes):
+                vec[v] = T.float32(-3.4e38)
+            for j in range(whole):
+                for v in T.vectorized(lanes):
+                    vec[v] = T.max(vec[v], X[r, j * T.int64(lanes) + v])
+            one[0] = T.float32(-3.4e38)
+            for v in range(lanes):
+                one[0] = T.max(one[0], vec[v])
+            for j in range(n - whole * T.int64(lanes)):
+                one[0] = T.max(one[0], X[r, whole * T.int64(lanes) + j])
+            for v in T.vectorized(lanes):
+                vec[v] = T.float32(0)
+            for j in range(whole):
+                for v in T.vectorized(lanes):
+                    Y[r, j * T.int64(lanes) + v] = fast_exp(X[r, j * T.int64(lanes) + v] - one[0])
+                    vec[v] = vec[v] + Y[r, j * T.int64(lanes) + v]
+            one[1] = T.float32(0)
+            for v in range(lanes):
+                one[1] = one[1] + vec[v]
+            for j in range(n - whole * T.int64(lanes)):
+                Y[r, whole * T.int64(lanes) + j] = fast_exp(X[r, whole * T.int64(lanes) + j] - one[0])
+                one[1] = one[1] + Y[r, whole * T.int64(lanes) + j]
+            one[1] = T.float32(1) / one[1]
+            for j in range(whole):
+                for v in T.vectorized(lanes):
+                    Y[r, j * T.int64(lanes) + v] = Y[r, j * T.int64(lanes) + v] * one[1]
+            for j in range(n - whole * T.int64(lanes)):
+                Y[r, whole * T.int64(lanes) + j] = Y[r, whole * T.int64(lanes) + j] * one[1]
+
+    return softmax
+
+
+def _symbolic(shape: Any) -> bool:
+    from tvm import tirx
+
+    return not all(isinstance(d, tirx.IntImm) for d in shape)
+
+
+def _same(p: Any, q: Any) -> bool:
+    from tvm.sym.analyzer import Analyzer
+
+    return bool(Analyzer().can_prove_equal(p, q))
+
+
+def _flat(lead: Sequence[Any]) -> Any:
+    size = lead[0] if lead else 1
+    for d in lead[1:]:
+        size = size * d
+    return size
+
+
+def match_product(call: Any) -> bool:
+    """A float32 matmul of two computed operands of the same batch dimensions, one of its sizes symbolic."""
+    from tvm import ir
+
+    if len(call.args) != 2 or any(isinstance(x, ir.expr.GenericConst) for x in call.args):
+        return False
+    shapes = [list(getattr(x.ty, "shape", None) or []) for x in call.args]
+    if any(len(s) < 2 or str(x.ty.dtype) != "float32" for s, x in zip(shapes, call.args)):
+        return False
+    sa, sb = shapes
+    if len(sa) != len(sb) or any(not _same(p, q) for p, q in zip(sa[:-2], sb[:-2])):
+        return False  # broadcast batch dimensions: left to TVM's generic schedule
+    return _symbolic([*sa, *sb])
+
+
+def emit_product(builder: Any, gv: Any, call: Any) -> Any:
+    """The product on `batch_matmul_func`, its operands viewed as 3-d."""
+    from tvm import relax
+
+    a, b = call.args
+    sa, sb = list(a.ty.shape), list(b.ty.shape)
+    lead, size = sa[:-2], _flat(sa[:-2])
+    a3 = builder.emit(relax.op.reshape(a, [size, sa[-2], sa[-1]]))
+    b3 = builder.emit(relax.op.reshape(b, [size, sb[-2], sb[-1]]))
+    out = builder.emit(relax.call_tir(gv, [a3, b3], relax.TensorType([size, sa[-2], sb[-1]], "float32")))
+    return relax.op.reshape(out, [*lead, sa[-2], sb[-1]])
+
+
+def match_softmax(call: Any) -> bool:
+    """A float32 softmax over the last axis, that axis of a symbolic size."""
+    shape = list(getattr(call.args[0].ty, "shape", None) or [])
+    axis = int(call.attrs.axis) if call.attrs is not None else -1
+    return (str(call.args[0].ty.dtype) == "float32" and len(shape) >= 1 and axis in (-1, len(shape) - 1)
+            and _symbolic(shape[-1:]))
+
+
+def emit_softmax(builder: Any, gv: Any, call: Any) -> Any:
+    """The softmax on `softmax_func`, its input viewed as 2-d."""
+    from tvm import relax
+
+    x = call.args[0]
+    shape = list(x.ty.shape)
+    x2 = builder.emit(relax.op.reshape(x, [_flat(shape[:-1]), shape[-1]]))
+    out = builder.emit(relax.call_tir(gv, [x2], relax.TensorType([_flat(shape[:-1]), shape[-1]], "float32")))
+    return relax.op.reshape(out, shape)
+
+
+def in_root_block(func: Any) -> Any:
+    """The PrimFunc with its body in an opaque root block, as Relax's passes expect of a call_tir's function (its
+    loops stay as written)."""
+    from tvm import s_tir
+
+    if isinstance(func.body, s_tir.SBlockRealize):
+        return func
+    root = s_tir.SBlock([], [], [], "root", func.body)
+    return func.with_body(s_tir.SBlockRealize([], True, root))
+
+
+@dataclass(frozen=True)
+class SymbolicOp:
+    """A Relax operator with a hand-written kernel where a size varies."""
+
+    kernel: str  # the kernel's name in the module
+    make: Callable[[], Any]  # its PrimFunc
+    matches: Callable[[Any], bool]  # whether a call of the operator takes it
+    emit: Callable[[Any, Any, Any], Any]  # (builder, kernel's GlobalVar, call) -> the replacing expression
+
+
+SYMBOLIC_OPS = {
+    "relax.matmul": SymbolicOp("dynamic_batch_matmul", batch_matmul_func, match_product, emit_product),
+    "relax.nn.softmax": SymbolicOp("dynamic_softmax", softmax_func, match_softmax, emit_softmax),
+}
+
+
+def rewrite_symbolic_ops(mod: Any) -> tuple[Any, dict[str, int]]:
+    """The module with every call a `SYMBOLIC_OPS` entry matches on its kernel, and how many calls of each kernel."""
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    kernels: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+
+    @mutator
+    class _Rewriter(PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            op = SYMBOLIC_OPS.get(getattr(call.op, "name", ""))
+            if op is None or not op.matches(call):
+                return call
+            if op.kernel not in kernels:
+                func = in_root_block(op.make()).with_attr("global_symbol", op.kernel)
+                kernels[op.kernel] = self.builder_.add_func(func, op.kernel)
+            counts[op.kernel] = counts.get(op.kernel, 0) + 1
+            return op.emit(self.builder_, kernels[op.kernel], call)
+
+    rewriter = _Rewriter(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get(), counts
