@@ -61,21 +61,25 @@ def test_rewrite_takes_symbolic_products_and_softmax_only():
     q = relax.Var("q", relax.TensorType((1, 2, n, 8), "float32"))
     k = relax.Var("k", relax.TensorType((1, 2, 8, n), "float32"))
     s = relax.Var("s", relax.TensorType((4, 8), "float32"))
-    with bb.function("main", [q, k, s]):
+    v = relax.Var("v", relax.TensorType((2, n, 8), "float32"))
+    with bb.function("main", [q, k, s, v]):
         with bb.dataflow():
             scores = bb.emit(relax.op.nn.softmax(relax.op.matmul(q, k), axis=-1))  # both rewritten
             static = bb.emit(relax.op.nn.softmax(relax.op.matmul(s, relax.const(np.ones((8, 4), "float32")))))
-            out = bb.emit_output(relax.Tuple([scores, static]))
+            mixed = bb.emit(relax.op.matmul(relax.op.reshape(scores, (2, n, n)), v))  # 3-d: no reshape
+            out = bb.emit_output(relax.Tuple([scores, static, mixed]))
         bb.emit_func_output(out)
     mod, counts = rewrite_symbolic_ops(bb.get())
-    assert counts == {"dynamic_batch_matmul": 1, "dynamic_softmax": 1}
+    assert counts == {"dynamic_batch_matmul": 2, "dynamic_softmax": 1}
     lib = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     rng = np.random.default_rng(0)
     for size in (1, 19, 40):
         args = [rng.standard_normal((1, 2, size, 8), "float32"), rng.standard_normal((1, 2, 8, size), "float32"),
-                rng.standard_normal((4, 8), "float32")]
+                rng.standard_normal((4, 8), "float32"), rng.standard_normal((2, size, 8), "float32")]
         got = lib["main"](*[tvm.runtime.tensor(a) for a in args])
         z = args[0] @ args[1]
         e = np.exp(z - z.max(-1, keepdims=True))
-        np.testing.assert_allclose(got[0].numpy(), e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+        p = e / e.sum(-1, keepdims=True)
+        np.testing.assert_allclose(got[0].numpy(), p, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got[2].numpy(), p.reshape(2, size, size) @ args[3], rtol=1e-4, atol=1e-5)
         assert got[1].numpy().shape == (4, 4)

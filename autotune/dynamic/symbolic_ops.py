@@ -193,10 +193,9 @@ def emit_product(builder: Any, gv: Any, call: Any) -> Any:
     a, b = call.args
     sa, sb = list(a.ty.shape), list(b.ty.shape)
     lead, size = sa[:-2], _flat(sa[:-2])
-    a3 = builder.emit(relax.op.reshape(a, [size, sa[-2], sa[-1]]))
-    b3 = builder.emit(relax.op.reshape(b, [size, sb[-2], sb[-1]]))
-    out = builder.emit(relax.call_tir(gv, [a3, b3], relax.TensorType([size, sa[-2], sb[-1]], "float32")))
-    return relax.op.reshape(out, [*lead, sa[-2], sb[-1]])
+    a3, b3 = (x if len(sa) == 3 else builder.emit(relax.op.reshape(x, [size, *s[-2:]])) for x, s in ((a, sa), (b, sb)))
+    out = relax.call_tir(gv, [a3, b3], relax.TensorType([size, sa[-2], sb[-1]], "float32"))
+    return out if len(sa) == 3 else relax.op.reshape(builder.emit(out), [*lead, sa[-2], sb[-1]])
 
 
 def match_softmax(call: Any) -> bool:
@@ -213,6 +212,8 @@ def emit_softmax(builder: Any, gv: Any, call: Any) -> Any:
 
     x = call.args[0]
     shape = list(x.ty.shape)
+    if len(shape) == 2:
+        return relax.call_tir(gv, [x], relax.TensorType(shape, "float32"))
     x2 = builder.emit(relax.op.reshape(x, [_flat(shape[:-1]), shape[-1]]))
     out = builder.emit(relax.call_tir(gv, [x2], relax.TensorType([_flat(shape[:-1]), shape[-1]], "float32")))
     return relax.op.reshape(out, shape)
