@@ -238,7 +238,7 @@ def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
     program = torch.export.export(model, (torch.randn(4, 64),), dynamic_shapes={"input": {0: batch}})
     built = build_model(program, logs=[log])
     summary = built.report.summary()
-    assert "1 of 2 dynamic linear layers use tuned uKernels" in summary, summary
+    assert "1 of 2 dynamic layers use tuned uKernels" in summary, summary
     assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs" in summary
     assert "dense(batch=1..300,in_features=64,out_features=16): uKernels on" in summary
     want = {}
@@ -282,7 +282,7 @@ def test_tune_model_tunes_the_dynamic_sites_then_builds_from_them(tmp_path):
     assert {s.task.key for s in result.states} == {t.key for t, _ in tasks}
     assert {r.input.template for r in load_records(log)} == {"search_spaces.matmul:DENSE_CPU"}
     built = build_model(program, logs=[log])
-    assert "2 of 2 dynamic linear layers use tuned uKernels" in built.report.summary()
+    assert "2 of 2 dynamic layers use tuned uKernels" in built.report.summary()
     for m in (1, 9, 200):
         x = torch.randn(m, 48)
         with torch.no_grad():
@@ -342,10 +342,33 @@ def test_cli_extracts_and_builds_a_saved_dynamic_program(tmp_path, capsys):
     out = tmp_path / "mlp.so"
     assert main(["build", str(saved), "-o", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "0 of 1 dynamic linear layers use tuned uKernels" in printed and "in 1..64, 32] float32" in printed
+    assert "0 of 1 dynamic layers use tuned uKernels" in printed and "in 1..64, 32] float32" in printed
     x = torch.randn(17, 32)
     with torch.no_grad():
         np.testing.assert_allclose(load_library(out)(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_convolutions_of_a_dynamic_batch_are_dynamic_conv2d_kernels():
+    """A CNN exported with a dynamic batch: its convolutions' uKernels are tasks (batch heights), and its build runs
+    every batch of the range on dynamic conv2d kernels, equal to PyTorch."""
+    torch = pytest.importorskip("torch")
+    from autotune.model import build_model, extract_tasks
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)).eval()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    program = torch.export.export(model, (torch.randn(2, 3, 12, 12),), dynamic_shapes={"input": {0: batch}})
+    tasks = [t for t, _ in extract_tasks(program)]
+    assert {t.op for t in tasks} == {"conv2d"} and len({t.shape["C"] for t in tasks}) == 2
+    assert {t.shape["N"] for t in tasks} <= set(range(1, 9)) and max(t.shape["N"] for t in tasks) > 1
+    built = build_model(program, shipped=False)
+    assert "0 of 2 dynamic layers use tuned uKernels" in built.report.summary()
+    assert "conv2d --shape N=1..8,C=8,H=12,W=12,K=16,R=3,S=3,stride=2,padding=1" in built.report.summary()
+    for n in (1, 3, 8):
+        x = torch.randn(n, 3, 12, 12)
+        with torch.no_grad():
+            np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow  # the default tier's dynamic dense: the model tests'

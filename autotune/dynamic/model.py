@@ -1,11 +1,13 @@
-"""Build a model exported with a dynamic dimension (torch.export `Dim`): its linear layers use dynamic kernels.
+"""Build a model exported with a dynamic dimension (torch.export `Dim`): its linear layers and convolutions use
+dynamic kernels.
 
-Every dynamic site (`sites.py`: a matmul by a constant weight, its rows of a symbolic size) becomes a call to a
-dynamic dense kernel: on the logs' uKernels for its shape, else on the shipped knowledge's configs or heuristic
-ones. The kernel's compiled cover (`compiled.dispatch_func`) is added to the module and called with
-`R.call_tir`, the weight (packed for each uKernel that takes it packed) and the plan table as constants. The rest
-of the model is legalized, fused and scheduled as a static build's functions without a tuned kernel are. The
-module exports like a static build's.
+Every dynamic site (`sites.py`: a matmul by a constant weight, its rows of a symbolic size; a conv2d of a symbolic
+batch) becomes a call to a dynamic kernel of its operator: on the logs' uKernels for its shape, else on the shipped
+knowledge's configs or heuristic ones. The kernel's compiled cover (`compiled.dispatch_func`) is added to the
+module and called with `R.call_tir`, the weight (packed for each uKernel that takes it packed) and the plan table
+as constants. Products of two activations and softmax over a symbolic size run on hand-written kernels
+(`symbolic_ops`). The rest of the model is legalized, fused and scheduled as a static build's functions without a
+tuned kernel are. The module exports like a static build's.
 """
 
 from __future__ import annotations
@@ -21,18 +23,20 @@ from ..database import TuningDatabase
 from ..errors import AutotuneError
 from ..records import Record
 from ..model.library import ThreadVMs, numpy_outputs
+from ..operators import get_op
 from ..thread_pool import load_executable
 from ..target import kernel_threads, parse_target, to_tvm_target, use_target_threads
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
 from .symbolic_ops import rewrite_symbolic_ops
-from .sites import dynamic_specs, import_dynamic, match_matmul
+from .sites import dynamic_specs, import_dynamic, match_site
 from .spec import DynamicSpec
 
 @dataclass
 class DynamicSite:
-    """One dynamic linear layer of the model and where its uKernels' configs come from: "logs" (tuned), "shipped"
-    (the shipped knowledge's, not tuned here), "heuristic", or the logs' and (for heights they lack) those."""
+    """One dynamic layer of the model (a linear layer, a convolution) and where its uKernels' configs come from:
+    "logs" (tuned), "shipped" (the shipped knowledge's, not tuned here), "heuristic", or the logs' and (for heights
+    they lack) those."""
 
     spec: DynamicSpec
     source: str
@@ -75,8 +79,8 @@ class DynamicBuiltModel:
 
     def summary(self) -> str:
         tuned = sum(s.tuned for s in self.sites)
-        lines = [f"{tuned} of {len(self.sites)} dynamic linear layers use tuned uKernels" if self.sites
-                 else "no dynamic linear layer (no linear layer's rows vary)"]
+        lines = [f"{tuned} of {len(self.sites)} dynamic layers use tuned uKernels" if self.sites
+                 else "no dynamic layer (no linear layer's rows or convolution's batch vary)"]
         lines += ["  " + s.line() for s in self.sites]
         if self.symbolic:
             lines.append("walking a symbolic size: " + ", ".join(f"{n} calls on {k}" for k, n in self.symbolic.items()))
@@ -104,44 +108,48 @@ class DynamicBuiltModel:
         return flat[0] if len(flat) == 1 else tuple(flat)
 
 
-def rewrite_matmuls(mod: Any, target: dict, records: TuningDatabase,
-                    shipped: bool = True) -> tuple[Any, list[DynamicSite]]:
-    """Replace each dynamic matmul by a call to its dynamic kernel: on the records' uKernels, else on the shipped
-    knowledge's configs (`shipped`) or heuristic ones."""
+def rewrite_sites(mod: Any, target: dict, records: TuningDatabase,
+                  shipped: bool = True) -> tuple[Any, list[DynamicSite]]:
+    """Replace each dynamic site's call (`sites.match_site`) by a call to its dynamic kernel: on the records'
+    uKernels, else on the shipped knowledge's configs (`shipped`) or heuristic ones."""
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     specs = dynamic_specs(mod, target)
     sites: list[DynamicSite] = []
-    kernels: dict[tuple[int, int], tuple[Any, DynamicKernel]] = {}
+    kernels: dict[tuple, tuple[Any, DynamicKernel]] = {}
 
-    def kernel_of(n: int, k: int, builder: Any) -> tuple[Any, DynamicKernel]:
+    def kernel_of(key: tuple, builder: Any) -> tuple[Any, DynamicKernel]:
         """The compiled cover's GlobalVar in the module and its kernel."""
-        if (n, k) not in kernels:
-            spec = specs[(n, k)][0]
+        if key not in kernels:
+            spec = specs[key][0]
             ukernels, source = model_ukernels(spec, records, shipped)
             kernel = DynamicKernel(spec, ukernels)
-            name = f"dynamic_dense_n{n}_k{k}"
-            kernels[(n, k)] = builder.add_func(kernel.func.with_attr("global_symbol", name), name), kernel
+            name = "dynamic_" + "_".join([spec.op, *(f"{k}{v}" for k, v in spec.fixed)])
+            kernels[key] = builder.add_func(kernel.func.with_attr("global_symbol", name), name), kernel
             sites.append(DynamicSite(spec, source))
-        return kernels[(n, k)]
+        return kernels[key]
 
     @mutator
     class _Rewriter(PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
-            site = match_matmul(call)
+            site = match_site(call)
             if site is None:
                 return call
-            gv, kernel = kernel_of(site.n, site.k, self.builder_)
-            weight = np.ascontiguousarray(site.w.value.numpy().T)  # dense takes the linear layer's [N, K]
+            gv, kernel = kernel_of(site.key, self.builder_)
+            weight = site.weight_array()
             fixed = [relax.const(u.fixed_operand(i, weight)) for u, f in zip(kernel.ukernels, kernel.params.fixed)
                      for i, _ in f]
-            rows, lead, n = site.rows, site.lead, site.n
-            x = self.builder_.emit(relax.op.reshape(site.x, [rows, site.k])) if len(lead) > 1 else site.x
-            out = self.builder_.emit(relax.call_tir(gv, [x, *fixed, relax.const(kernel.table)],
-                                                    relax.TensorType([rows, n], "float32")))
-            return relax.op.reshape(out, [*lead, n]) if len(lead) > 1 else out
+            x = site.x
+            if len(site.lead) > 1:  # dense over the product of x's leading dimensions
+                x = self.builder_.emit(relax.op.reshape(x, [site.rows, x.ty.shape[-1]]))
+            params = {**dict(kernel.spec.fixed), kernel.spec.dim: site.rows}
+            shape = list(get_op(kernel.spec.op).output_shape(params))
+            out = relax.call_tir(gv, [x, *fixed, relax.const(kernel.table)], relax.TensorType(shape, "float32"))
+            if len(site.lead) > 1:
+                return relax.op.reshape(self.builder_.emit(out), [*site.lead, shape[-1]])
+            return out
 
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions_items():
@@ -153,7 +161,7 @@ def rewrite_matmuls(mod: Any, target: dict, records: TuningDatabase,
 def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), target: str | dict = "llvm",
                         records: TuningDatabase | Sequence[Record] | None = None,
                         name: str = "model", shipped: bool = True) -> DynamicBuiltModel:
-    """Compile an ExportedProgram with symbolic sizes; its dynamic linear layers use the uKernels in the logs (else the
+    """Compile an ExportedProgram with symbolic sizes; its dynamic layers use the uKernels in the logs (else the
     shipped knowledge's configs where `shipped`, else heuristic ones)."""
     from ..model.build import compile_lowered, lower_relax
     from ..shipped import Knowledge
@@ -164,7 +172,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     use_target_threads(tgt)
     mod = import_dynamic(program, name)
     recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
-    mod, sites = rewrite_matmuls(mod, tgt, recs, shipped)
+    mod, sites = rewrite_sites(mod, tgt, recs, shipped)
     mod, symbolic = rewrite_symbolic_ops(mod)
     tvm_target = to_tvm_target(tgt)
     # its calls of a static shape on their tasks' kernels, the rest legalized, fused and on the default schedules

@@ -1,10 +1,12 @@
 """The dynamic sites of a model exported with a symbolic size (torch.export `Dim`), and the tasks that tune them.
 
-A site is a `matmul(x, W)` whose weight W is a constant [K, N] (a linear layer's weight, transposed) and whose
-input x has a symbolic size in its leading dimensions: a dynamic `dense` (a linear layer: x times the weight
-[N, K], transposed) over batch = the product of those dimensions, its range from the export's `Dim` bounds, as
-a static build extracts a linear layer (its template packs the weight once, at build time). Sites of the same
-(N, K) share one dynamic kernel (the union of their ranges).
+A site is a call of a tunable operator whose weight is a constant and whose activation has a symbolic leading
+size, its range from the export's `Dim` bounds (`SITE_MATCHERS`):
+- `matmul(x, W)`, W a constant [K, N] (a linear layer's weight, transposed), x with a symbolic size in its leading
+  dimensions: a dynamic `dense` (x times the weight [N, K], transposed) over batch = the product of those
+  dimensions, as a static build extracts a linear layer (its template packs the weight once, at build time);
+- `conv2d(x, W)` (NCHW, one group) whose batch N is symbolic and image static: a dynamic `conv2d` over N.
+Sites of the same static parameters share one dynamic kernel (the union of their ranges).
 
 To tune them within a model's budget, each site becomes the static tasks of its chosen uKernels (the analytic
 ranking, `ukernels.rank_ukernels`), each weighted by how many pieces of it a call takes on average over the range
@@ -20,8 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import AutotuneError
 from ..hardware import hardware_model
+from ..operators import get_op
 from ..task import Task
 from .compose import Planner
 from .spec import DynamicSpec, parse_dynamic
@@ -74,19 +79,35 @@ def import_dynamic(program: Any, name: str = "model") -> Any:
 
 
 @dataclass(frozen=True)
-class MatmulSite:
-    """One dynamic matmul call: x [*lead, K] (some of lead symbolic) times the constant w [K, N]."""
+class DynamicCall:
+    """One call of a dynamic site: an operator (`dense`, `conv2d`) whose first input's leading size is symbolic,
+    its other input a constant weight."""
 
-    x: Any
-    w: Any
-    lead: tuple[Any, ...]
-    rows: Any  # the product of lead (a size expression)
-    k: int
-    n: int
+    op: str
+    fixed: tuple[tuple[str, int], ...]  # the operator's static parameters
+    x: Any  # the activation: dense's x [*lead, K], conv2d's [N, C, H, W]
+    weight: Any  # the Relax constant: matmul's B [K, N] (the weight transposed), conv2d's [K, C, R, S]
+    rows: Any  # the dynamic parameter's size expression (dense: the product of lead; conv2d: N)
+    lead: tuple[Any, ...] = ()  # dense: x's leading dimensions, flattened to rows for the kernel
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, int], ...]]:
+        return self.op, self.fixed
+
+    def weight_array(self) -> np.ndarray:
+        """The weight as the operator takes it (dense: [N, K])."""
+        w = self.weight.value.numpy()
+        return np.ascontiguousarray(w.T) if self.op == "dense" else w
 
 
-def match_matmul(call: Any) -> MatmulSite | None:
-    """The call as a dynamic matmul site, else None."""
+def _static(dims: Any) -> list[int] | None:
+    from tvm import tirx
+
+    return [int(d) for d in dims] if all(isinstance(d, tirx.IntImm) for d in dims) else None
+
+
+def match_dense(call: Any) -> DynamicCall | None:
+    """matmul(x [*lead, K], constant [K, N]) with a symbolic size in lead: a dynamic dense over their product."""
     from tvm import ir, tirx
 
     if getattr(call.op, "name", "") != "relax.matmul" or len(call.args) != 2:
@@ -106,7 +127,41 @@ def match_matmul(call: Any) -> MatmulSite | None:
     rows = lead[0]
     for d in lead[1:]:
         rows = rows * d
-    return MatmulSite(x, w, tuple(lead), rows, int(k), w_shape[1])
+    return DynamicCall("dense", (("in_features", int(k)), ("out_features", w_shape[1])), x, w, rows, tuple(lead))
+
+
+def match_conv2d(call: Any) -> DynamicCall | None:
+    """conv2d(x [N, C, H, W], constant [K, C, R, S]), NCHW, one group, N symbolic and the rest static, the same
+    stride, padding and dilation along both axes: a dynamic conv2d over N."""
+    from tvm import ir
+
+    if getattr(call.op, "name", "") != "relax.nn.conv2d" or len(call.args) != 2:
+        return None
+    x, w = call.args
+    a = call.attrs
+    if not isinstance(w, ir.expr.GenericConst) or str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32":
+        return None
+    shape, w_shape = list(getattr(x.ty, "shape", None) or []), _static(getattr(w.ty, "shape", None) or [])
+    if len(shape) != 4 or w_shape is None or _static(shape[:1]) is not None or _static(shape[1:]) is None:
+        return None
+    if (str(a.data_layout), str(a.kernel_layout), int(a.groups)) != ("NCHW", "OIHW", 1):
+        return None
+    strides, padding, dilation = ([int(v) for v in vals] for vals in (a.strides, a.padding, a.dilation))
+    if len(set(strides)) != 1 or len(set(padding)) != 1 or len(set(dilation)) != 1:
+        return None
+    c, h, wd = _static(shape[1:])
+    k, _, r, sz = w_shape
+    fixed = (("C", c), ("H", h), ("W", wd), ("K", k), ("R", r), ("S", sz), ("stride", strides[0]),
+             ("padding", padding[0]), ("dilation", dilation[0]))
+    return DynamicCall("conv2d", fixed, x, w, shape[0])
+
+
+SITE_MATCHERS = (match_dense, match_conv2d)
+
+
+def match_site(call: Any) -> DynamicCall | None:
+    """The call as a dynamic site (the first of `SITE_MATCHERS` that takes it), else None."""
+    return next((site for site in (m(call) for m in SITE_MATCHERS) if site is not None), None)
 
 
 def analyzer(func: Any) -> Any:
@@ -152,23 +207,26 @@ def visit_calls(mod: Any, visit: Callable[[Any], None]) -> None:
             calls.visit_expr(func)
 
 
-def dynamic_specs(mod: Any, target: dict) -> dict[tuple[int, int], tuple[DynamicSpec, int]]:
-    """(N, K) -> the dynamic dense of the module's sites of that weight shape (their ranges' union) and its calls
-    per inference."""
+def dynamic_specs(mod: Any, target: dict) -> dict[tuple, tuple[DynamicSpec, int]]:
+    """`DynamicCall.key` -> the dynamic operator of the module's sites of that key (their ranges' union) and its
+    calls per inference."""
     ana = analyzer(mod["main"])
-    found: dict[tuple[int, int], tuple[int, int, int]] = {}  # (n, k) -> lo, hi, calls
+    found: dict[tuple, tuple[int, int, int]] = {}  # key -> lo, hi, calls
 
     def visit(call: Any) -> None:
-        site = match_matmul(call)
+        site = match_site(call)
         if site is not None:
             lo, hi = size_range(ana, site.rows)
-            old = found.get((site.n, site.k))
-            found[(site.n, site.k)] = (min(lo, old[0]), max(hi, old[1]), old[2] + 1) if old else (lo, hi, 1)
+            old = found.get(site.key)
+            found[site.key] = (min(lo, old[0]), max(hi, old[1]), old[2] + 1) if old else (lo, hi, 1)
 
     visit_calls(mod, visit)
-    return {(n, k): (parse_dynamic("dense", f"batch={lo}..{hi},in_features={k},out_features={n}", target=target),
-                     calls)
-            for (n, k), (lo, hi, calls) in found.items()}
+    out = {}
+    for (op, fixed), (lo, hi, calls) in found.items():
+        dim = get_op(op).row_split.param
+        text = ",".join([f"{dim}={lo}..{hi}", *(f"{k}={v}" for k, v in fixed)])
+        out[(op, fixed)] = (parse_dynamic(op, text, target=target), calls)
+    return out
 
 
 def pieces_per_call(spec: DynamicSpec, heights: list[int]) -> dict[int, float]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .definition import OpDef, Params
+from .definition import OpDef, Params, RowSplit
 from .dtypes import element_type, in_type, output_of
 
 
@@ -158,6 +158,7 @@ CONV2D = OpDef(
                   {"C": 64, "H": 56, "W": 56, "K": 128, "R": 3, "S": 3, "stride": 2, "padding": 1}),
     templates={"llvm": "search_spaces.conv2d:CONV2D_CPU", "cuda": "search_spaces.cuda_conv2d:CONV2D_CUDA"},
     relax_call=_conv_relax(lambda p: 1), weights=(1,), legalized_blocks=_legalized_blocks,
+    row_split=RowSplit("N", (True, False), rows_per_unit=1),
     narrow_probe_shapes=({"C": 64, "H": 14, "W": 14, "K": 64, "R": 3, "S": 3, "padding": 1},  # AMX's implicit GEMM
                          {"C": 64, "H": 7, "W": 7, "K": 48, "R": 1, "S": 1}),
 )
