@@ -7,9 +7,12 @@ Each FX graph is specialised to the concrete shapes it is called with, exported 
 the best logged config per task, default schedules elsewhere. Builds are cached by the exported
 graph, input shapes and dtypes and the identity of the embedded weights, so a guard failure
 that leads back to known shapes costs no build. The first run of each build is checked against
-eager. A graph one build cannot take whole (ops TVM cannot import, in-place writes to its inputs, an output that
-is a view of an input) is split (`model.partition`): those parts run eagerly, each segment between them is a graph
-of its own. A graph that cannot be built, or whose outputs differ, runs eagerly with one warning.
+eager. A graph whose sizes Dynamo made symbolic (`dynamic=True`, or a size seen to change) is exported with them
+dynamic and built once on dynamic kernels (`autotune.dynamic`) for every size, each size's first call checked;
+where that cannot be, each shape builds on its own. A graph one build cannot take whole (ops TVM cannot import,
+in-place writes to its inputs, an output that is a view of an input) is split (`model.partition`): those parts run
+eagerly, each segment between them is a graph of its own. A graph that cannot be built, or whose outputs differ,
+runs eagerly with one warning.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 from .database import TuningDatabase
 from .errors import AutotuneError
 from .model.fx_graph import (Exported, Refused, call_key, export_graph, graph_identity, graph_label, one_line,
-                             static_inputs)
+                             scalar_inputs, static_inputs, symbolic_sizes)
 from .model.library import torch_caller
 from .model.quantized import is_quantized
 from .shipped import shipped_enabled
@@ -53,6 +56,7 @@ class BackendStats:
     fallbacks: int = 0  # call signatures that run eagerly
     eager_graphs: int = 0  # graphs with at least one call signature run eagerly (each warned once)
     splits: int = 0  # graphs split where one build cannot take them whole (their segments count as graphs)
+    dynamic: int = 0  # builds of a graph's symbolic sizes (one serves every size; counted in `builds` too)
     reasons: list[str] = field(default_factory=list)  # one per fallback: "label: reason"
 
 
@@ -72,8 +76,8 @@ def clear_cache() -> None:
     _BUILDS.clear()
     _SEEN.clear()
     _RECORDS.clear()
-    STATS.graphs = STATS.builds = STATS.hits = STATS.fallbacks = STATS.eager_graphs = STATS.splits = 0
-    STATS.reasons.clear()
+    for name, value in vars(BackendStats()).items():
+        setattr(STATS, name, value)
 
 
 @dataclass(frozen=True)
@@ -121,10 +125,16 @@ class Settings:
 def tvm_runner(built: Any, user: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
     """Call a BuiltModel on the graph's arguments: torch tensors in and out by DLPack, no copies. TVM's VM checks
     each input's shape and dtype (never wrong through the cache keys; a build that raises runs eagerly)."""
+    import tvm
+
     call = torch_caller(built.vms())
 
+    def tensor(t: torch.Tensor) -> Any:  # an empty one as TVM's: torch gives its dimensions before a 0 stride 0
+        return t.detach().contiguous() if t.numel() else tvm.runtime.empty(tuple(t.shape),
+                                                                             str(t.dtype).removeprefix("torch."))
+
     def run(args: Sequence[Any]) -> list[Any]:
-        return call([args[i].detach().contiguous() for i in user])
+        return call([tensor(args[i]) for i in user])
 
     return run
 
@@ -167,12 +177,15 @@ class GraphRunner:
         self.quantized = is_quantized(gm)
         self.static: set[int] | None = None
         self.versioned: set[int] = set()  # the static inputs whose storage and version are in the call key
+        self.scalars: set[int] = set()  # 0-d tensors read as numbers (`fx_graph.scalar_inputs`): values in the key
         self.identity: tuple | None = None  # graph_identity (computed with `static`)
         self.by_key: dict[tuple, Callable[[Sequence[Any]], Any]] = {}
         self.builds = 0
         self.warned = False
         self.split: torch.fx.GraphModule | None = None  # the graph split (`_segments`), once it had to be
         self.written: list[int] = []  # positions of the inputs a split graph writes in place (its eager parts)
+        self.dynamic: Callable[[Sequence[Any]], Any] | None = None  # the build of its symbolic sizes, once made
+        self.dynamic_tried = False
 
     def __call__(self, *args: Any) -> Any:
         if self.static is None:
@@ -181,11 +194,13 @@ class GraphRunner:
             # does not make each call a new signature (its eager part writes it, the segments take it as an input)
             self.versioned = self.static - written_inputs(self.gm)
             self.identity = graph_identity(self.gm)
-        key = call_key(args, self.versioned)
+            self.scalars = scalar_inputs(self.gm)
+        key = call_key(args, self.versioned, self.scalars)
         fn = self.by_key.get(key)
         if fn is None:
             fn, result = self._prepare(args, key)
-            self.by_key[call_key(args, self.versioned)] = fn  # `versioned` loses the weights the graph wrote
+            # `versioned` loses the weights the graph wrote
+            self.by_key[call_key(args, self.versioned, self.scalars)] = fn
             if result is not None:  # the graph already ran for this call (eager reference or checked build)
                 return result
         if fn == self._eager:
@@ -207,6 +222,13 @@ class GraphRunner:
             if seen is not None and seen in _SEEN:  # an equal graph (a recompiled frame) was built for this call
                 STATS.hits += 1
                 return tvm_runner(*_SEEN[seen]), None
+            if not self.dynamic_tried and self.split is None and symbolic_sizes(self.gm):
+                self.dynamic_tried = True
+                self.dynamic = self._dynamic_build(args)
+            elif self.dynamic is not None:
+                STATS.hits += 1
+            if self.dynamic is not None:  # one build for every size: each new size's first call checked
+                return self.dynamic, self._checked_run(self.dynamic, args) if self.settings.verify else None
             if self.builds >= self.settings.max_shapes:
                 raise Refused(f"more than {self.settings.max_shapes} input shapes (each shape is a build)")
             exported = None
@@ -236,6 +258,32 @@ class GraphRunner:
             return self._fallback(why.reason), why.result
         except Exception as err:  # noqa: BLE001 - the user's program never fails because of the backend
             return self._fallback(f"unexpected {one_line(err)}"), None
+
+    def _dynamic_build(self, args: Sequence[Any]) -> Callable[[Sequence[Any]], Any] | None:
+        """The runner of a build of the graph's symbolic sizes (the graph exported with them dynamic: dynamic
+        kernels, `autotune.dynamic`), or None where that cannot be (each shape then builds on its own; the reason
+        is in STATS.reasons)."""
+        from .dynamic.sites import dynamic_program
+        from .model.build import build_model
+
+        try:
+            exported = export_graph(self.gm, args, self.static, self.settings.fingerprint(), dynamic=True)
+            if exported.mutates or exported.unfit_output or dynamic_program(exported.program) is None:
+                raise Refused(exported.mutates or exported.unfit_output or "the export fixed every size")
+            built = _BUILDS.get(exported.key)
+            if built is None:
+                try:
+                    built = build_model(exported.program, target=self.settings.target,
+                                        records=self.settings.records(), shipped=self.settings.shipped)
+                except Exception as err:  # noqa: BLE001 - whatever TVM cannot take builds per shape
+                    raise Refused(f"TVM cannot build it: {one_line(err)}") from None
+                _BUILDS[exported.key] = built
+                STATS.builds += 1
+                STATS.dynamic += 1
+            return tvm_runner(built, exported.user)
+        except Refused as why:
+            STATS.reasons.append(f"{self.label}: no build of its symbolic sizes ({why.reason}): a build per shape")
+            return None
 
     def _build(self, exported: Exported, args: Sequence[Any]) -> Any:
         from .model.build import build_model

@@ -86,6 +86,21 @@ def test_shape_change_recompiles_then_hits_the_cache():
     assert tb.STATS.builds == 2 and tb.STATS.hits >= 1 and tb.STATS.fallbacks == 0
 
 
+def test_a_graph_of_symbolic_sizes_builds_once_for_every_size():
+    """torch.compile(dynamic=True): Dynamo's graph has a symbolic batch (and the norm's eps as a 0-d tensor read
+    by .item()); one build on dynamic kernels serves every size, each size's first call checked against eager."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 24), nn.LayerNorm(24), nn.GELU(), nn.Linear(24, 8)).eval()
+    fn = torch.compile(model, backend="autotune", dynamic=True, options={"shipped": False})
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for rows in (3, 17, 5, 40):
+            x = torch.randn(rows, 16)
+            _same(fn(x), model(x))
+    assert not _fallbacks(record), [str(w.message) for w in record]
+    assert (tb.STATS.builds, tb.STATS.dynamic, tb.STATS.hits) == (1, 1, 3), tb.STATS
+
+
 def test_recompiled_equal_graph_reuses_its_build_without_an_export(monkeypatch):
     """A float after a graph break is specialised by Dynamo's first compile: a new value recompiles the resume
     function, whose graph is the same; its build is found before any torch.export."""

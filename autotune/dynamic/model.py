@@ -94,14 +94,18 @@ class DynamicBuiltModel:
 
         return [tvm.runtime.tensor(as_aligned(a, None), tvm.cpu()) for a in args]
 
-    def run_tvm(self, tvm_args: Sequence[Any]) -> Any:
-        """Run on prepared TVM tensors (for timing); returns TVM's output object. Its kernels' parallel loops run on
-        the OpenMP pool, as a static build's do (`thread_pool`); a VM per calling thread."""
+    def vms(self) -> ThreadVMs:
+        """Its virtual machines, one per calling thread; its kernels' parallel loops run on the OpenMP pool, as a
+        static build's do (`thread_pool`)."""
         if self._vms is None:
             import tvm
 
             self._vms = ThreadVMs(load_executable(self.executable, self.threads), tvm.cpu())
-        return self._vms.main()(*tvm_args)
+        return self._vms
+
+    def run_tvm(self, tvm_args: Sequence[Any]) -> Any:
+        """Run on prepared TVM tensors (for timing); returns TVM's output object."""
+        return self.vms().main()(*tvm_args)
 
     def __call__(self, *args: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         flat = numpy_outputs(self.run_tvm(self.tvm_args(*args)))

@@ -101,8 +101,22 @@ def graph_identity(gm: torch.fx.GraphModule) -> tuple | None:
     return identity
 
 
-def call_key(args: Sequence[Any], static: set[int]) -> tuple:
-    """What a build depends on: input shapes and dtypes, scalar values, identity and version of the weights.
+def _reads_value_only(node: torch.fx.Node) -> bool:
+    return bool(node.users) and all((u.op == "call_method" and u.target == "item")
+                                    or u.target is torch.ops.aten.item.default for u in node.users)
+
+
+def scalar_inputs(gm: torch.fx.GraphModule) -> set[int]:
+    """Positions of the 0-d tensor inputs the graph reads only as a number (`.item()`): Dynamo's float attributes
+    under `dynamic=True` (a norm's eps). An export cannot trace their value: builds fix it (`Specialised`), and it
+    is in the call key."""
+    return {i for i, n in enumerate(placeholders(gm)) if isinstance(v := n.meta.get("example_value"), torch.Tensor)
+            and v.ndim == 0 and _reads_value_only(n)}
+
+
+def call_key(args: Sequence[Any], static: set[int], scalars: set[int] = frozenset()) -> tuple:
+    """What a build depends on: input shapes and dtypes, scalar values (`scalar_inputs` too), identity and version
+    of the weights.
 
     Called on every call of a compiled graph, so kept cheap: a weight is its storage pointer and
     version counter (any in-place change bumps the version; a new tensor has a new pointer).
@@ -111,6 +125,8 @@ def call_key(args: Sequence[Any], static: set[int]) -> tuple:
     for i, a in enumerate(args):
         if i in static:
             key.append((a.data_ptr(), a._version))
+        elif i in scalars:
+            key.append(("value", a.item()))
         elif isinstance(a, torch.Tensor):
             key.append((a.shape, a.dtype, a.device))
         else:
@@ -118,29 +134,111 @@ def call_key(args: Sequence[Any], static: set[int]) -> tuple:
     return tuple(key)
 
 
-class Specialised(torch.nn.Module):
-    """The graph with its weights as buffers and its scalar inputs fixed; forward takes the user tensors."""
+def _symbol(size: Any) -> str | None:
+    """The expression of a size Dynamo made symbolic (`s27`), None for a fixed one (Dynamo's SymInts of a constant
+    value too)."""
+    expr = getattr(getattr(size, "node", None), "expr", None)
+    return str(expr) if isinstance(size, torch.SymInt) and getattr(expr, "free_symbols", None) else None
 
-    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]):
+
+def symbolic_sizes(gm: torch.fx.GraphModule) -> dict[int, dict[int, str]]:
+    """Input position -> {dimension: symbol} of the graph's tensor inputs with sizes Dynamo made symbolic
+    (`torch.compile(dynamic=True)`, or a size seen to change); {} for a graph of static shapes."""
+    out: dict[int, dict[int, str]] = {}
+    for i, node in enumerate(placeholders(gm)):
+        val = node.meta.get("example_value")
+        dims = {d: sym for d, size in enumerate(getattr(val, "shape", ())) if (sym := _symbol(size)) is not None}
+        if isinstance(val, torch.Tensor) and dims:
+            out[i] = dims
+    return out
+
+
+class Specialised(torch.nn.Module):
+    """The graph with its weights as buffers and its scalar inputs fixed; forward takes the user tensors. With
+    `sizes` (a graph of symbolic sizes exported with them dynamic), a scalar input that is a symbolic size is read
+    from the user tensor that has it (input position -> (user index, dimension)) instead of fixed."""
+
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int],
+                 sizes: dict[int, tuple[int, int]] | None = None):
         super().__init__()
-        self.gm = gm
+        scalars = scalar_inputs(gm)
+        self.gm = _numbers_for(gm, scalars) if scalars else gm
         self.plan: list[tuple[str, Any]] = []
         self.name_of: dict[int, str] = {}
         n_user = 0
         for i, (node, a) in enumerate(zip(placeholders(gm), args)):
-            if i in static:
+            if i in scalars:
+                self.plan.append(("value", a.item()))
+            elif i in static:
                 self.name_of[i] = f"{WEIGHT_PREFIX}{node.name}"  # the same in the static and dynamic graph
                 self.register_buffer(self.name_of[i], a.detach())
                 self.plan.append(("attr", self.name_of[i]))
             elif isinstance(a, torch.Tensor):
                 self.plan.append(("input", n_user))
                 n_user += 1
+            elif sizes and i in sizes:
+                self.plan.append(("size", sizes[i]))
             else:
                 self.plan.append(("value", int(a) if isinstance(a, torch.SymInt) else a))
 
     def forward(self, *inputs: Any) -> Any:
-        vals = [getattr(self, v) if kind == "attr" else inputs[v] if kind == "input" else v for kind, v in self.plan]
+        vals = [getattr(self, v) if kind == "attr" else inputs[v] if kind == "input" else
+                inputs[v[0]].shape[v[1]] if kind == "size" else v for kind, v in self.plan]
         return self.gm(*vals)
+
+
+def _numbers_for(gm: torch.fx.GraphModule, scalars: set[int]) -> torch.fx.GraphModule:
+    """A copy of the graph taking the `scalar_inputs` at `scalars` as numbers (their `.item()` calls removed)."""
+    import copy
+
+    out = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    nodes = placeholders(out)
+    for i in scalars:
+        for use in list(nodes[i].users):
+            use.replace_all_uses_with(nodes[i])
+            out.graph.erase_node(use)
+    out.recompile()
+    return out
+
+
+def _dynamic_plan(gm: torch.fx.GraphModule, user: list[int]) -> tuple[dict[int, tuple[int, int]], dict]:
+    """(scalar inputs that are symbolic sizes -> the (user index, dimension) holding them, torch.export's
+    dynamic_shapes of the user inputs: Dim.DYNAMIC where Dynamo's size is symbolic). Refused where a symbolic
+    scalar is no user tensor's size."""
+    dims = symbolic_sizes(gm)
+    where = {sym: (k, d) for k, i in enumerate(user) for d, sym in dims.get(i, {}).items()}
+    sizes = {}
+    for i, node in enumerate(placeholders(gm)):
+        sym = _symbol(node.meta.get("example_value"))
+        if sym is not None:
+            if sym not in where:
+                raise Refused(f"the symbolic size {sym} is no input's size")
+            sizes[i] = where[sym]
+    made: dict[str, Any] = {}
+
+    def dim(i: int, d: int) -> Any:
+        sym = dims[i][d]
+        if sym not in made:
+            lo, hi = _size_range(placeholders(gm)[i].meta["example_value"].shape[d])
+            made[sym] = torch.export.Dim(f"d{len(made)}", min=lo, max=hi)
+        return made[sym]
+
+    shapes = {"inputs": tuple({d: dim(i, d) for d in dims[i]} if i in dims else None for i in user)}
+    return sizes, shapes
+
+
+DEFAULT_MAX_SIZE = 4096  # a symbolic size's bound where Dynamo knows none (the dynamic kernels' plan table)
+
+
+def _size_range(size: torch.SymInt) -> tuple[int, int]:
+    """Dynamo's bounds of a symbolic size (its shape environment's), the upper one at most DEFAULT_MAX_SIZE."""
+    from torch.utils._sympy.numbers import int_oo
+
+    node = size.node
+    bounds = node.shape_env.bound_sympy(node.expr)
+    lo = 1 if bounds.lower in (-int_oo, int_oo) else max(int(bounds.lower), 1)
+    hi = DEFAULT_MAX_SIZE if bounds.upper in (-int_oo, int_oo) else min(int(bounds.upper), DEFAULT_MAX_SIZE)
+    return lo, max(hi, lo)
 
 
 WEIGHT_PREFIX = "autotune_w_"
@@ -158,20 +256,23 @@ class Exported:
     unfit_output: str = ""  # why an output cannot come from a build (a view of an input, not a tensor)
 
 
-def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int], salt: str = "") -> Exported:
-    """Export the graph specialised to `args`, or refuse (device, autograd, export failure, random numbers).
-    In-place writes to its inputs and outputs a build cannot give are noted (`Exported.mutates`, `unfit_output`)."""
+def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int], salt: str = "",
+                 dynamic: bool = False) -> Exported:
+    """Export the graph specialised to `args` (`dynamic`: its symbolic sizes left dynamic, `symbolic_sizes`), or
+    refuse (device, autograd, export failure, random numbers). In-place writes to its inputs and outputs a build
+    cannot give are noted (`Exported.mutates`, `unfit_output`)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if any(t.device.type != "cpu" for t in tensors):
         raise Refused("inputs are not on the CPU (the backend builds for llvm only)")
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         raise Refused("gradients are needed (autotune builds inference kernels: run under torch.no_grad())")
-    wrapper = Specialised(gm, args, static)
-    user = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static]
+    user = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static | scalar_inputs(gm)]
+    sizes, shapes = _dynamic_plan(gm, user) if dynamic else ({}, None)
+    wrapper = Specialised(gm, args, static, sizes)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            program = torch.export.export(wrapper, tuple(args[i] for i in user), strict=False)
+            program = torch.export.export(wrapper, tuple(args[i] for i in user), dynamic_shapes=shapes, strict=False)
             program = program.run_decompositions(decompositions())  # core ATen, functional: mutations -> outputs
         except Exception as err:  # noqa: BLE001 - any export failure means: run eagerly
             raise Refused(f"torch.export failed: {one_line(err)}") from None
@@ -182,7 +283,9 @@ def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]
         raise Refused(f"the graph draws random numbers ({', '.join(random)})")
     fix_graph(program.graph_module)
     digest = hashlib.sha256(program.graph_module.code.encode())
-    digest.update(repr([(tuple(args[i].shape), str(args[i].dtype)) for i in user]).encode())
+    symbolic = symbolic_sizes(gm) if dynamic else {}
+    digest.update(repr([(tuple(symbolic.get(i, {}).get(d, n) for d, n in enumerate(args[i].shape)),
+                         str(args[i].dtype)) for i in user]).encode())
     for i in sorted(static):
         digest.update(repr((wrapper.name_of[i], args[i].data_ptr(), args[i]._version)).encode())
     for name, t in sorted({**program.state_dict, **program.constants}.items()):
