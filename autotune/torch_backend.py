@@ -129,9 +129,15 @@ def tvm_runner(built: Any, user: list[int]) -> Callable[[Sequence[Any]], list[An
 
     call = torch_caller(built.vms())
 
+    empty: dict[tuple, Any] = {}
+
     def tensor(t: torch.Tensor) -> Any:  # an empty one as TVM's: torch gives its dimensions before a 0 stride 0
-        return t.detach().contiguous() if t.numel() else tvm.runtime.empty(tuple(t.shape),
-                                                                             str(t.dtype).removeprefix("torch."))
+        if t.numel():
+            return t.detach().contiguous()
+        key = (tuple(t.shape), str(t.dtype).removeprefix("torch."))
+        if key not in empty:
+            empty[key] = tvm.runtime.empty(*key)
+        return empty[key]
 
     def run(args: Sequence[Any]) -> list[Any]:
         return call([tensor(args[i]) for i in user])

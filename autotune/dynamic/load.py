@@ -82,12 +82,17 @@ def default_ukernels(spec: DynamicSpec, shipped: bool = True,
     return out, " and ".join(sorted(sources, reverse=True))
 
 
+NEAR = 2.0  # a logged uKernel within this factor of a chosen height stands in for it
+
+
 def model_ukernels(spec: DynamicSpec, records: TuningDatabase, shipped: bool = True) -> tuple[list[UKernel], str]:
     """(uKernels, where they come from) of a model's dynamic site: the records' uKernels, and for each height the
-    analytic model chooses that they lack (a model tuned with a small budget), the default one
-    (`default_ukernels`). Where: "logs", "logs and shipped", ..., or the defaults' alone."""
+    analytic model chooses that they lack, none of theirs within a factor NEAR of it (a model tuned with a small
+    budget, or for another range: torch.compile's sizes have no bound), the default one (`default_ukernels`).
+    Where: "logs", "logs and shipped", ..., or the defaults' alone."""
     best = ukernel_records(spec, records)
-    missing = [h for h in chosen_heights(rank_ukernels(spec, hardware_model(spec.target))) if h not in best]
+    missing = [h for h in chosen_heights(rank_ukernels(spec, hardware_model(spec.target)))
+               if not any(h / NEAR <= b <= h * NEAR for b in best)]
     tuned = make_ukernels(spec, best) if best else []
     if not missing:
         return tuned, "logs"
