@@ -1,5 +1,6 @@
 """A GPT-2-style decoder block with a dynamic prompt length (prefill) or cache length (decode): one dynamic build
-against static builds tuned per length, PyTorch eager and Inductor (`dynamic=True`).
+against static builds tuned per length, PyTorch eager, Inductor (`dynamic=True`) and autotune's torch.compile
+backend (`dynamic=True`, on the dynamic build's log).
 
 The block is `models.GPTBlock` (d_model 768, 12 heads, GPT-2's layout; random weights, no download), exported
 once with the prompt (or cache) length a `torch.export.Dim` over 1..1024 and once per length with static shapes.
@@ -7,7 +8,7 @@ Dynamic: `tune_model` on the dynamic program (prefill: its linear layers' uKerne
 inference over the range; decode: its linear layers, of one row, as ordinary tasks), then one `build_model`.
 Static: `tune_model` of each length on its own (its own log folder, so nothing transfers between lengths), then
 a build per length. Both start from the shipped knowledge, as a user's
-run does. Every output is checked against eager; the four contenders are timed interleaved (the least of 3
+run does. Every output is checked against eager; the five contenders are timed interleaved (the least of 3
 medians of 5 samples), in one process. Tuning logs and wall times live under --work (re-running resumes).
 
     python benchmarks/bench_dynamic_model.py                         # tune, build, time, check (about 25 min)
