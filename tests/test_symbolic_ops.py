@@ -41,6 +41,19 @@ def test_batch_matmul_matches_numpy_at_any_size(batch_matmul, b, m, n, k):
     np.testing.assert_allclose(out.numpy(), x @ y, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("b, m, n, k", [(3, 37, 45, 64), (2, 1, 70, 19), (2, 6, 20, 8), (1, 5, 17, 16),
+                                        (2, 2, 3, 5), (3, 7, 33, 64)])
+def test_batch_matmul_of_a_transposed_operand_matches_numpy(b, m, n, k):
+    from autotune.dynamic.symbolic_ops import batch_matmul_nt_func
+
+    lib = _compiled(batch_matmul_nt_func(k))
+    rng = np.random.default_rng(m * n + k)
+    x, keys = rng.standard_normal((b, m, k), "float32"), rng.standard_normal((b, n, k), "float32")
+    out = tvm.runtime.tensor(np.full((b, m, n), np.nan, "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(keys), out)
+    np.testing.assert_allclose(out.numpy(), x @ keys.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("rows, n", [(5, 1), (3, 7), (4, 16), (6, 37), (2, 509)])
 def test_softmax_matches_numpy_at_any_row_length(softmax, rows, n):
     x = np.random.default_rng(n).standard_normal((rows, n)).astype("float32") * 10
@@ -67,10 +80,12 @@ def test_rewrite_takes_symbolic_products_and_softmax_only():
             scores = bb.emit(relax.op.nn.softmax(relax.op.matmul(q, k), axis=-1))  # both rewritten
             static = bb.emit(relax.op.nn.softmax(relax.op.matmul(s, relax.const(np.ones((8, 4), "float32")))))
             mixed = bb.emit(relax.op.matmul(relax.op.reshape(scores, (2, n, n)), v))  # 3-d: no reshape
-            out = bb.emit_output(relax.Tuple([scores, static, mixed]))
+            keys_t = bb.emit(relax.op.permute_dims(v, [0, 2, 1]))  # v's transpose: on the kernel taking v as it is
+            by_keys = bb.emit(relax.op.matmul(v, keys_t))
+            out = bb.emit_output(relax.Tuple([scores, static, mixed, by_keys]))
         bb.emit_func_output(out)
     mod, counts = rewrite_symbolic_ops(bb.get())
-    assert counts == {"dynamic_batch_matmul": 2, "dynamic_softmax": 1}
+    assert counts == {"dynamic_batch_matmul": 2, "dynamic_softmax": 1, "dynamic_batch_matmul_nt_k8": 1}
     lib = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     rng = np.random.default_rng(0)
     for size in (1, 19, 40):
@@ -82,4 +97,5 @@ def test_rewrite_takes_symbolic_products_and_softmax_only():
         p = e / e.sum(-1, keepdims=True)
         np.testing.assert_allclose(got[0].numpy(), p, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(got[2].numpy(), p.reshape(2, size, size) @ args[3], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got[3].numpy(), args[3] @ args[3].transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
         assert got[1].numpy().shape == (4, 4)

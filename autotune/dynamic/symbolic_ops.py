@@ -84,6 +84,73 @@ def batch_matmul_func(dtype: str = "float32") -> Any:
     return batch_matmul
 
 
+def batch_matmul_nt_func(k: int, dtype: str = "float32") -> Any:
+    """C[b] = A[b] @ Bt[b]ᵀ for A [batch, m, k], Bt [batch, n, k] (attention's keys as they are, not transposed),
+    C [batch, m, n]; k static, the rest symbolic. Rows under 4: each output a dot product of two rows in vectors
+    (a decoding step's scores); else, per batch and column tile (in parallel), Bt's tile packed once into a
+    [k, W] panel, then the register tiles of `batch_matmul_func` over every row tile."""
+    from tvm.script import tirx as T
+
+    lanes, whole = LANES, k // LANES * LANES
+
+    def tiled(rows: int, width: int) -> Any:
+        @T.macro
+        def body(A, Bt, C, nb, m, n):
+            row_tiles = (m + T.int64(rows - 1)) // T.int64(rows)
+            col_tiles = (n + T.int64(width - 1)) // T.int64(width)
+            for job in T.parallel(nb * col_tiles):
+                bi = job // col_tiles
+                j0 = T.min(job % col_tiles * T.int64(width), n - T.int64(width))  # the last tile overlaps
+                panel = T.alloc_buffer((k, width), dtype, scope="local")
+                for v, kk in T.grid(width, k):
+                    panel[kk, v] = Bt[bi, j0 + v, kk]
+                for it in range(row_tiles):
+                    i0 = T.min(it * T.int64(rows), m - T.int64(rows))
+                    acc = T.alloc_buffer((rows, width), dtype, scope="local")
+                    for r in T.unroll(rows):
+                        for v in T.vectorized(width):
+                            acc[r, v] = T.cast(0, dtype)
+                    for kk in range(k):
+                        for r in T.unroll(rows):
+                            for v in T.vectorized(width):
+                                acc[r, v] = acc[r, v] + A[bi, i0 + r, kk] * panel[kk, v]
+                    for r in T.unroll(rows):
+                        for v in T.vectorized(width):
+                            C[bi, i0 + r, j0 + v] = acc[r, v]
+        return body
+
+    wide, narrow = tiled(ROW_TILE, LANE_TILES[0]), tiled(ROW_TILE, LANE_TILES[1])
+
+    @T.prim_func
+    def batch_matmul_nt(a: T.handle, b: T.handle, c: T.handle):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        nb, m, n = T.int64(), T.int64(), T.int64()
+        A = T.match_buffer(a, (nb, m, k), dtype)
+        Bt = T.match_buffer(b, (nb, n, k), dtype)
+        C = T.match_buffer(c, (nb, m, n), dtype)
+        if m >= T.int64(ROW_TILE) and n >= T.int64(LANE_TILES[0]):
+            wide(A, Bt, C, nb, m, n)
+        elif m >= T.int64(ROW_TILE) and n >= T.int64(LANE_TILES[1]):
+            narrow(A, Bt, C, nb, m, n)
+        else:
+            for job in T.parallel(nb * m):
+                for j in range(n):
+                    acc = T.alloc_buffer((lanes + 1,), dtype, scope="local")
+                    for v in T.vectorized(lanes):
+                        acc[v] = T.cast(0, dtype)
+                    for k0 in range(whole // lanes):
+                        for v in T.vectorized(lanes):
+                            acc[v] = acc[v] + A[job // m, job % m, k0 * lanes + v] * Bt[job // m, j, k0 * lanes + v]
+                    acc[lanes] = T.cast(0, dtype)
+                    for v in range(lanes):
+                        acc[lanes] = acc[lanes] + acc[v]
+                    for kk in range(k - whole):
+                        acc[lanes] = acc[lanes] + A[job // m, job % m, whole + kk] * Bt[job // m, j, whole + kk]
+                    C[job // m, job % m, j] = acc[lanes]
+
+    return batch_matmul_nt
+
+
 LANES = 16  # fp32 lanes of an AVX-512 vector: softmax's passes
 
 
@@ -186,14 +253,50 @@ def match_product(call: Any) -> bool:
     return _symbolic([*sa, *sb])
 
 
-def emit_product(builder: Any, gv: Any, call: Any) -> Any:
-    """The product on `batch_matmul_func`, its operands viewed as 3-d."""
+def _transposed_source(b: Any, lookup: Callable[[Any], Any]) -> Any | None:
+    """The tensor S [*lead, n, k] (k static) when `b` is S with its last two axes swapped, as a product's keys
+    arrive (permute_dims, then an identity broadcast_to and a reshape of the leading axes), else None."""
+    from tvm import relax, tirx
+
+    expr = b
+    while isinstance(expr, relax.Var) and lookup(expr) is not None:
+        bound = lookup(expr)
+        name = getattr(getattr(bound, "op", None), "name", "")
+        if name in ("relax.reshape", "relax.broadcast_to"):
+            src = bound.args[0]
+            same = name == "relax.reshape" or (len(src.ty.shape) == len(bound.ty.shape) and all(
+                _same(p, q) for p, q in zip(src.ty.shape, bound.ty.shape)))
+            if not same:
+                return None
+            expr = src
+        elif name == "relax.permute_dims":
+            src, axes = bound.args[0], [int(a) for a in bound.attrs.axes]
+            rank = len(axes)
+            swapped = axes == [*range(rank - 2), rank - 1, rank - 2]
+            shape = list(src.ty.shape)
+            return src if swapped and isinstance(shape[-1], tirx.IntImm) else None
+        else:
+            return None
+    return None
+
+
+def emit_product(builder: Any, kernel_of: Callable[[str, Callable[[], Any]], Any], call: Any,
+                 lookup: Callable[[Any], Any]) -> Any:
+    """The product on `batch_matmul_func`, its operands viewed as 3-d; where B is a tensor transposed (attention's
+    keys), on `batch_matmul_nt_func` of that tensor as it is (no transpose made)."""
     from tvm import relax
 
     a, b = call.args
     sa, sb = list(a.ty.shape), list(b.ty.shape)
     lead, size = sa[:-2], _flat(sa[:-2])
-    a3, b3 = (x if len(sa) == 3 else builder.emit(relax.op.reshape(x, [size, *s[-2:]])) for x, s in ((a, sa), (b, sb)))
+    keys = _transposed_source(b, lookup)
+    if keys is not None:
+        k = int(keys.ty.shape[-1])
+        gv, b = kernel_of(f"dynamic_batch_matmul_nt_k{k}", lambda: batch_matmul_nt_func(k)), keys
+    else:
+        gv = kernel_of("dynamic_batch_matmul", batch_matmul_func)
+    a3, b3 = (x if len(x.ty.shape) == 3 else builder.emit(relax.op.reshape(x, [size, *list(x.ty.shape)[-2:]]))
+              for x in (a, b))
     out = relax.call_tir(gv, [a3, b3], relax.TensorType([size, sa[-2], sb[-1]], "float32"))
     return out if len(sa) == 3 else relax.op.reshape(builder.emit(out), [*lead, sa[-2], sb[-1]])
 
@@ -206,10 +309,12 @@ def match_softmax(call: Any) -> bool:
             and _symbolic(shape[-1:]))
 
 
-def emit_softmax(builder: Any, gv: Any, call: Any) -> Any:
+def emit_softmax(builder: Any, kernel_of: Callable[[str, Callable[[], Any]], Any], call: Any,
+                 lookup: Callable[[Any], Any]) -> Any:
     """The softmax on `softmax_func`, its input viewed as 2-d."""
     from tvm import relax
 
+    gv = kernel_of("dynamic_softmax", softmax_func)
     x = call.args[0]
     shape = list(x.ty.shape)
     if len(shape) == 2:
@@ -232,22 +337,22 @@ def in_root_block(func: Any) -> Any:
 
 @dataclass(frozen=True)
 class SymbolicOp:
-    """A Relax operator with a hand-written kernel where a size varies."""
+    """A Relax operator with hand-written kernels where a size varies."""
 
-    kernel: str  # the kernel's name in the module
-    make: Callable[[], Any]  # its PrimFunc
-    matches: Callable[[Any], bool]  # whether a call of the operator takes it
-    emit: Callable[[Any, Any, Any], Any]  # (builder, kernel's GlobalVar, call) -> the replacing expression
+    matches: Callable[[Any], bool]  # whether a call of the operator takes them
+    # (builder, kernel_of(name, make PrimFunc) -> its GlobalVar, call, binding lookup) -> the replacing expression
+    emit: Callable[[Any, Callable[[str, Callable[[], Any]], Any], Any, Callable[[Any], Any]], Any]
 
 
 SYMBOLIC_OPS = {
-    "relax.matmul": SymbolicOp("dynamic_batch_matmul", batch_matmul_func, match_product, emit_product),
-    "relax.nn.softmax": SymbolicOp("dynamic_softmax", softmax_func, match_softmax, emit_softmax),
+    "relax.matmul": SymbolicOp(match_product, emit_product),
+    "relax.nn.softmax": SymbolicOp(match_softmax, emit_softmax),
 }
 
 
 def rewrite_symbolic_ops(mod: Any) -> tuple[Any, dict[str, int]]:
-    """The module with every call a `SYMBOLIC_OPS` entry matches on its kernel, and how many calls of each kernel."""
+    """The module with every call a `SYMBOLIC_OPS` entry matches on its kernels, and how many calls each kernel
+    takes (the kernels' names)."""
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -256,16 +361,18 @@ def rewrite_symbolic_ops(mod: Any) -> tuple[Any, dict[str, int]]:
 
     @mutator
     class _Rewriter(PyExprMutator):
+        def kernel_of(self, name: str, make: Callable[[], Any]) -> Any:
+            if name not in kernels:
+                kernels[name] = self.builder_.add_func(in_root_block(make()).with_attr("global_symbol", name), name)
+            counts[name] = counts.get(name, 0) + 1
+            return kernels[name]
+
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
             op = SYMBOLIC_OPS.get(getattr(call.op, "name", ""))
             if op is None or not op.matches(call):
                 return call
-            if op.kernel not in kernels:
-                func = in_root_block(op.make()).with_attr("global_symbol", op.kernel)
-                kernels[op.kernel] = self.builder_.add_func(func, op.kernel)
-            counts[op.kernel] = counts.get(op.kernel, 0) + 1
-            return op.emit(self.builder_, kernels[op.kernel], call)
+            return op.emit(self.builder_, self.kernel_of, call, self.lookup_binding)
 
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions_items():
