@@ -145,7 +145,8 @@ def compare(args, model, times: Times) -> str:
         f"- autotune's torch.compile backend (`dynamic=True`, the same log): geometric mean "
         f"**{_geo(backend_vs_eager):.2f}x** eager, {backend_stats.STATS.builds} builds for the {len(LENGTHS)} lengths "
         f"({backend_stats.STATS.dynamic} of Dynamo's symbolic sizes, serving every length it covers; "
-        f"{backend_stats.STATS.fallbacks} eager fallbacks).",
+        f"{backend_stats.STATS.fallbacks} eager fallbacks)"
+        + "".join(f"; {why}" for why in dict.fromkeys(backend_stats.STATS.reasons)) + ".",
         "", dynamic.report.summary().replace("\n", "\n    "),
     ]
     length = "prompt length" if args.phase == "prefill" else "cache length"

@@ -8,12 +8,14 @@ compiled function for every size, vectors throughout, as the generic schedules o
   rows, each output computed in register tiles of R rows x W columns (R = 4 where there are 4 rows, else 1; W =
   32 or 16 fp32 lanes where the rows are that long), the reduction innermost, the tile's sums in registers. Tiles
   at the last rows and columns overlap the ones before them (they start at m - R, n - W), so every tile is whole:
-  no predicate, no scalar tail. Rows shorter than 16 run a plain loop.
+  no predicate, no scalar tail. Rows shorter than 16 run a plain loop. Where b is a tensor transposed (attention's
+  keys, their last dimension static), `batch_matmul_nt_func` reads that tensor as it is: no transpose is made.
 - **Softmax over a symbolic last axis** (attention's probabilities): `softmax_func`, a row per iteration of a
   parallel loop, its three passes (max, exp and sum, scale) over the row while it is in cache, each in whole
   vectors then a scalar tail; exp is TVM's fast_exp polynomial, as in a static build.
 
-`rewrite_symbolic_ops` replaces such calls in a Relax module (`SYMBOLIC_OPS`: operator -> matcher and kernel).
+`rewrite_symbolic_ops` replaces such calls in a Relax module (`SYMBOLIC_OPS`: operator -> matcher and emitter of
+the call to its kernels).
 """
 
 from __future__ import annotations
