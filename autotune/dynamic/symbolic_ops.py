@@ -28,11 +28,34 @@ ROW_TILE = 4  # output rows per register tile
 LANE_TILES = (32, 16)  # output columns per register tile (2 or 1 AVX-512 vectors), the widest that fits the rows
 
 
+def register_tile(rows: int, width: int, dtype: str) -> Any:
+    """A TVMScript macro: C[bi, i0:i0+rows, j0:j0+width] = A[bi, i0:i0+rows, :kd] @ B[b, :kd, c0:c0+width], its
+    sums in registers (rows x width lanes), the reduction innermost."""
+    from tvm.script import tirx as T
+
+    @T.macro
+    def tile(A, B, C, bi, i0, j0, b, c0, kd):
+        acc = T.alloc_buffer((rows, width), dtype, scope="local")
+        for r in T.unroll(rows):
+            for v in T.vectorized(width):
+                acc[r, v] = T.cast(0, dtype)
+        for kk in range(kd):
+            for r in T.unroll(rows):
+                for v in T.vectorized(width):
+                    acc[r, v] = acc[r, v] + A[bi, i0 + r, kk] * B[b, kk, c0 + v]
+        for r in T.unroll(rows):
+            for v in T.vectorized(width):
+                C[bi, i0 + r, j0 + v] = acc[r, v]
+    return tile
+
+
 def batch_matmul_func(dtype: str = "float32") -> Any:
     """C[b] = A[b] @ B[b] for A [batch, m, k], B [batch, k, n], C [batch, m, n], every size symbolic."""
     from tvm.script import tirx as T
 
     def tiled(rows: int, lanes: int) -> Any:
+        tile = register_tile(rows, lanes, dtype)
+
         @T.macro
         def body(A, B, C, nb, m, n, kd):
             row_tiles = (m + T.int64(rows - 1)) // T.int64(rows)
@@ -42,17 +65,7 @@ def batch_matmul_func(dtype: str = "float32") -> Any:
                 i0 = T.min(job % row_tiles * T.int64(rows), m - T.int64(rows))  # the last tile overlaps
                 for jt in range(col_tiles):
                     j0 = T.min(jt * T.int64(lanes), n - T.int64(lanes))
-                    acc = T.alloc_buffer((rows, lanes), dtype, scope="local")
-                    for r in T.unroll(rows):
-                        for v in T.vectorized(lanes):
-                            acc[r, v] = T.cast(0, dtype)
-                    for kk in range(kd):
-                        for r in T.unroll(rows):
-                            for v in T.vectorized(lanes):
-                                acc[r, v] = acc[r, v] + A[bi, i0 + r, kk] * B[bi, kk, j0 + v]
-                    for r in T.unroll(rows):
-                        for v in T.vectorized(lanes):
-                            C[bi, i0 + r, j0 + v] = acc[r, v]
+                    tile(A, B, C, bi, i0, j0, bi, j0, kd)
         return body
 
     wide4, narrow4 = tiled(ROW_TILE, LANE_TILES[0]), tiled(ROW_TILE, LANE_TILES[1])
@@ -96,6 +109,8 @@ def batch_matmul_nt_func(k: int, dtype: str = "float32") -> Any:
     lanes, whole = LANES, k // LANES * LANES
 
     def tiled(rows: int, width: int) -> Any:
+        tile = register_tile(rows, width, dtype)
+
         @T.macro
         def body(A, Bt, C, nb, m, n):
             row_tiles = (m + T.int64(rows - 1)) // T.int64(rows)
@@ -103,22 +118,12 @@ def batch_matmul_nt_func(k: int, dtype: str = "float32") -> Any:
             for job in T.parallel(nb * col_tiles):
                 bi = job // col_tiles
                 j0 = T.min(job % col_tiles * T.int64(width), n - T.int64(width))  # the last tile overlaps
-                panel = T.alloc_buffer((k, width), dtype, scope="local")
+                panel = T.alloc_buffer((1, k, width), dtype, scope="local")
                 for v, kk in T.grid(width, k):
-                    panel[kk, v] = Bt[bi, j0 + v, kk]
+                    panel[0, kk, v] = Bt[bi, j0 + v, kk]
                 for it in range(row_tiles):
                     i0 = T.min(it * T.int64(rows), m - T.int64(rows))
-                    acc = T.alloc_buffer((rows, width), dtype, scope="local")
-                    for r in T.unroll(rows):
-                        for v in T.vectorized(width):
-                            acc[r, v] = T.cast(0, dtype)
-                    for kk in range(k):
-                        for r in T.unroll(rows):
-                            for v in T.vectorized(width):
-                                acc[r, v] = acc[r, v] + A[bi, i0 + r, kk] * panel[kk, v]
-                    for r in T.unroll(rows):
-                        for v in T.vectorized(width):
-                            C[bi, i0 + r, j0 + v] = acc[r, v]
+                    tile(A, panel, C, bi, i0, j0, 0, 0, k)
         return body
 
     wide, narrow = tiled(ROW_TILE, LANE_TILES[0]), tiled(ROW_TILE, LANE_TILES[1])
