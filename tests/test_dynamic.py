@@ -371,6 +371,58 @@ def test_convolutions_of_a_dynamic_batch_are_dynamic_conv2d_kernels():
             np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-4)
 
 
+_LOAD_AND_RUN_LENGTHS = """
+import sys, numpy as np
+from autotune.model import load_library
+model = load_library(sys.argv[1])
+for t in (1, 5, 17, 40):
+    np.save(sys.argv[2] + f"/y{t}.npy", model(np.load(sys.argv[2] + f"/x{t}.npy")))
+"""
+
+
+@pytest.mark.slow  # a build of attention's kernels and an export: 15 s
+def test_attention_with_a_dynamic_length_exports_and_matches_torch_in_a_fresh_process(tmp_path):
+    """A causal self-attention block with a dynamic sequence length: its linear layers on dynamic dense kernels,
+    q·kᵀ on the kernel reading the keys as they are, p·v and softmax on the kernels of symbolic sizes; the module
+    exports, loads in a fresh process and matches PyTorch at every length."""
+    torch = pytest.importorskip("torch")
+    from autotune.model import build_model
+
+    class Attention(torch.nn.Module):
+        def __init__(self, d: int = 32, heads: int = 2):
+            super().__init__()
+            self.heads, self.qkv, self.out = heads, torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                       for z in self.qkv(x).split(d, dim=2))
+            scores = (q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5
+            causal = torch.ones(t, t, dtype=torch.bool).tril()
+            y = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
+            return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+    torch.manual_seed(0)
+    model = Attention().eval()
+    length = torch.export.Dim("t", min=1, max=64)
+    program = torch.export.export(model, (torch.randn(1, 8, 32),), dynamic_shapes={"x": {1: length}})
+    built = build_model(program, shipped=False)
+    summary = built.report.summary()
+    assert "dynamic_batch_matmul_nt_k16" in summary and "dynamic_softmax" in summary, summary
+    built.export_library(tmp_path / "attention.so")
+    want = {}
+    for t in (1, 5, 17, 40):
+        x = torch.randn(1, t, 32)
+        with torch.no_grad():
+            want[t] = model(x).numpy()
+        np.save(tmp_path / f"x{t}.npy", x.numpy())
+    done = subprocess.run([sys.executable, "-c", _LOAD_AND_RUN_LENGTHS, str(tmp_path / "attention.so"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    for t, ref in want.items():
+        np.testing.assert_allclose(np.load(tmp_path / f"y{t}.npy"), ref, rtol=1e-4, atol=1e-4, err_msg=f"t={t}")
+
+
 @pytest.mark.slow  # the default tier's dynamic dense: the model tests'
 def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):
     """dense's uKernels take the weight packed (each its own tile): the dynamic kernel relays it for each; an int8
