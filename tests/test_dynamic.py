@@ -365,6 +365,7 @@ def test_convolutions_of_a_dynamic_batch_are_dynamic_conv2d_kernels():
     built = build_model(program, shipped=False)
     assert "0 of 2 dynamic layers use tuned uKernels" in built.report.summary()
     assert "conv2d --shape N=1..8,C=8,H=12,W=12,K=16,R=3,S=3,stride=2,padding=1" in built.report.summary()
+    assert built.report.summary().count("(the bias in their write-back)") == 2  # each conv's bias add, fused
     for n in (1, 3, 8):
         x = torch.randn(n, 3, 12, 12)
         with torch.no_grad():

@@ -79,18 +79,21 @@ class UKernel:
 class DynamicKernel:
     """Call it on numpy arrays (or torch tensors) of any size of the dynamic dimension."""
 
-    def __init__(self, spec: DynamicSpec, ukernels: Sequence[UKernel]):
+    def __init__(self, spec: DynamicSpec, ukernels: Sequence[UKernel], sliced: Sequence[bool] | None = None):
+        """`sliced`: per input of the uKernels, whether it is cut by rows (default: the operator's; a uKernel with a
+        bias in its write-back, `bias.with_bias`, takes one more input, not cut)."""
         if not ukernels:
             raise AutotuneError(f"no uKernel for {spec}")
         self.spec = spec
+        self.sliced = tuple(sliced) if sliced is not None else spec.split.sliced
         self.ukernels = sorted(ukernels, key=lambda u: -u.height)
         kind = element_type(spec.dtype)
-        self._types = (*(kind.numpy_storage for _ in spec.split.sliced), kind.numpy_output)  # inputs..., output
+        self._types = (*(kind.numpy_storage for _ in self.sliced), kind.numpy_output)  # inputs..., output
         cost = op_cost(spec)
         self.planner = Planner([u.height for u in self.ukernels],
                                [u.mean_s + CALL_OVERHEAD_S for u in self.ukernels], pad_cost_fn(cost.row_bytes))
         self.table = as_aligned(plan_table(self.planner, spec.hi), "int32")
-        self.func, self.params = dispatch_func(spec.split.sliced, [(u.height, u.func) for u in self.ukernels],
+        self.func, self.params = dispatch_func(self.sliced, [(u.height, u.func) for u in self.ukernels],
                                                self.table.shape[0], name="main")
         self._executable: Any = None
 
@@ -131,7 +134,7 @@ class DynamicKernel:
         """The compiled function's arguments for (inputs..., output): aligned, the fixed operands relaid for
         each uKernel, the plan table."""
         inputs = [as_aligned(a, t) for a, t in zip(arrays[:-1], self._types)]
-        sliced = [a for a, s in zip(inputs, self.spec.split.sliced) if s]
+        sliced = [a for a, s in zip(inputs, self.sliced) if s]
         fixed = [u.fixed_operand(i, inputs[i]) for u, f in zip(self.ukernels, self.params.fixed) for i, _ in f]
         return [*sliced, *(as_aligned(a, a.dtype) for a in fixed), self.table, arrays[-1]]
 

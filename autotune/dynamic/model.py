@@ -25,9 +25,10 @@ from ..records import Record
 from ..model.library import ThreadVMs, numpy_outputs
 from ..operators import get_op
 from ..thread_pool import load_executable
-from ..target import kernel_threads, parse_target, to_tvm_target, use_target_threads
+from ..target import kernel_threads, parse_target, to_tvm_target, use_target_threads, vector_unit
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
+from .bias import bias_shape, with_bias
 from .symbolic_ops import rewrite_symbolic_ops
 from .sites import dynamic_specs, import_dynamic, match_site
 from .spec import DynamicSpec
@@ -40,12 +41,16 @@ class DynamicSite:
 
     spec: DynamicSpec
     source: str
+    bias: bool = False  # its calls' bias add runs in the uKernels' write-back (`bias.with_bias`)
 
     @property
     def tuned(self) -> bool:
         return self.source == "logs"
 
     def line(self) -> str:
+        return self._line() + (" (the bias in their write-back)" if self.bias else "")
+
+    def _line(self) -> str:
         if self.tuned:
             return f"dynamic  {self.spec}: uKernels from the logs"
         if self.source.startswith("logs"):
@@ -115,29 +120,49 @@ class DynamicBuiltModel:
 def rewrite_sites(mod: Any, target: dict, records: TuningDatabase,
                   shipped: bool = True) -> tuple[Any, list[DynamicSite]]:
     """Replace each dynamic site's call (`sites.match_site`) by a call to its dynamic kernel: on the records'
-    uKernels, else on the shipped knowledge's configs (`shipped`) or heuristic ones."""
-    from tvm import relax
+    uKernels, else on the shipped knowledge's configs (`shipped`) or heuristic ones. A constant bias added to a
+    site's output goes into its uKernels' write-back (`bias.with_bias`), as a static build fuses it."""
+    from tvm import ir, relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     specs = dynamic_specs(mod, target)
     sites: list[DynamicSite] = []
-    kernels: dict[tuple, tuple[Any, DynamicKernel]] = {}
+    ukernels: dict[tuple, list[Any]] = {}
+    kernels: dict[tuple, tuple[Any, DynamicKernel]] = {}  # (site key, bias shape or None) -> (GlobalVar, kernel)
+    plain: dict[Any, tuple] = {}  # a plain kernel's GlobalVar -> its site key
+    lanes = vector_unit(target)[0]
 
-    def kernel_of(key: tuple, builder: Any) -> tuple[Any, DynamicKernel]:
-        """The compiled cover's GlobalVar in the module and its kernel."""
-        if key not in kernels:
-            spec = specs[key][0]
-            ukernels, source = model_ukernels(spec, records, shipped)
-            kernel = DynamicKernel(spec, ukernels)
-            name = "dynamic_" + "_".join([spec.op, *(f"{k}{v}" for k, v in spec.fixed)])
-            kernels[key] = builder.add_func(kernel.func.with_attr("global_symbol", name), name), kernel
+    def kernel_of(key: tuple, builder: Any, bias: np.ndarray | None = None) -> tuple[Any, DynamicKernel]:
+        """The compiled cover's GlobalVar in the module and its kernel (with `bias`'s shape in its write-back)."""
+        spec = specs[key][0]
+        if key not in ukernels:
+            ukernels[key], source = model_ukernels(spec, records, shipped)
             sites.append(DynamicSite(spec, source))
-        return kernels[key]
+        vkey = (key, None if bias is None else bias.shape)
+        if vkey not in kernels:
+            if bias is None:
+                kernel = DynamicKernel(spec, ukernels[key])
+            else:
+                kernel = DynamicKernel(spec, [with_bias(u, bias, lanes) for u in ukernels[key]],
+                                       sliced=(*spec.split.sliced, False))
+            name = "dynamic_" + "_".join([spec.op, *(f"{k}{v}" for k, v in spec.fixed)]) + ("_bias" if vkey[1] else "")
+            # private: DeadCodeElimination drops a plain kernel whose every call took a bias
+            gv = builder.add_func(kernel.func.without_attr("global_symbol"), name)
+            kernels[vkey] = gv, kernel
+            if bias is None:
+                plain[gv] = key
+            else:
+                next(site for site in sites if site.spec == spec).bias = True
+        return kernels[vkey]
 
     @mutator
     class _Rewriter(PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
+            if getattr(call.op, "name", "") == "relax.add":
+                fused = self._with_bias(call)
+                if fused is not None:
+                    return fused
             site = match_site(call)
             if site is None:
                 return call
@@ -154,6 +179,26 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase,
             if len(site.lead) > 1:
                 return relax.op.reshape(self.builder_.emit(out), [*site.lead, shape[-1]])
             return out
+
+        def _with_bias(self, add: Any) -> Any | None:
+            """add(a plain dynamic kernel's call, a constant bias) as one call of its kernel with the bias."""
+            first, second = add.args
+            product, bias = (first, second) if isinstance(second, ir.expr.GenericConst) else (second, first)
+            bound = self.lookup_binding(product) if isinstance(product, relax.Var) else None
+            if (not isinstance(bias, ir.expr.GenericConst) or not isinstance(bound, relax.Call)
+                    or getattr(bound.op, "name", "") != "relax.call_tir" or bound.args[0] not in plain
+                    or not bias_shape(bias, list(bound.ty.shape)) or str(bias.ty.dtype) != "float32"):
+                return None
+            key = plain[bound.args[0]]
+            x, *weights, table = list(bound.args[1].fields)
+            try:
+                gv, kernel = kernel_of(key, self.builder_, bias.value.numpy())
+            except Exception:  # noqa: BLE001 - the add did not fuse into a uKernel: it stays a function of its own
+                return None
+            per_ukernel = iter(weights)
+            fixed = [next(per_ukernel) if i != len(kernel.sliced) - 1 else bias
+                     for f in kernel.params.fixed for i, _ in f]
+            return relax.call_tir(gv, [x, *fixed, table], bound.ty)
 
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions_items():
