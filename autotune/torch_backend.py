@@ -270,7 +270,6 @@ class GraphRunner:
         kernels, `autotune.dynamic`), or None where that cannot be (each shape then builds on its own; the reason
         is in STATS.reasons)."""
         from .dynamic.sites import dynamic_program
-        from .model.build import build_model
 
         try:
             exported = export_graph(self.gm, args, self.static, self.settings.fingerprint(), dynamic=True)
@@ -278,12 +277,7 @@ class GraphRunner:
                 raise Refused(exported.mutates or exported.unfit_output or "the export fixed every size")
             built = _BUILDS.get(exported.key)
             if built is None:
-                try:
-                    built = build_model(exported.program, target=self.settings.target,
-                                        records=self.settings.records(), shipped=self.settings.shipped)
-                except Exception as err:  # noqa: BLE001 - whatever TVM cannot take builds per shape
-                    raise Refused(f"TVM cannot build it: {one_line(err)}") from None
-                _BUILDS[exported.key] = built
+                built = _BUILDS[exported.key] = self._build(exported, args)
                 STATS.builds += 1
                 STATS.dynamic += 1
             return tvm_runner(built, exported.user)
@@ -292,13 +286,15 @@ class GraphRunner:
             return None
 
     def _build(self, exported: Exported, args: Sequence[Any]) -> Any:
+        """A build of the exported graph: of its shapes, or where the export kept sizes symbolic, of every size."""
+        from .dynamic.sites import dynamic_program
         from .model.build import build_model
         from .model.capture import import_program
 
         try:
-            captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
-                                      decomposed=True)
-            return build_model(captured, target=self.settings.target, records=self.settings.records(),
+            model = exported.program if dynamic_program(exported.program) is not None else import_program(
+                exported.program, [args[i] for i in exported.user], "the graph", decomposed=True)
+            return build_model(model, target=self.settings.target, records=self.settings.records(),
                                shipped=self.settings.shipped)
         except AutotuneError as err:
             raise Refused(str(err)) from None

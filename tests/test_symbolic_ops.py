@@ -54,6 +54,24 @@ def test_batch_matmul_of_a_transposed_operand_matches_numpy(b, m, n, k):
     np.testing.assert_allclose(out.numpy(), x @ keys.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
 
 
+def test_kernels_on_vectors_of_8_lanes_match_numpy():
+    """The kernels of an AVX2 target (8 fp32 lanes): tiles of 16 and 8 columns, softmax's passes in 8 lanes."""
+    from autotune.dynamic.symbolic_ops import batch_matmul_func, batch_matmul_nt_func, softmax_func
+
+    rng = np.random.default_rng(8)
+    x, y, keys = (rng.standard_normal(s, "float32") for s in ((2, 9, 12), (2, 12, 21), (2, 21, 12)))
+    for func, other, want in ((batch_matmul_func(8), y, x @ y),
+                              (batch_matmul_nt_func(12, 8), keys, x @ keys.transpose(0, 2, 1))):
+        out = tvm.runtime.tensor(np.full(want.shape, np.nan, "float32"))
+        _compiled(func)["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(other), out)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    z = rng.standard_normal((3, 21), "float32")
+    out = tvm.runtime.tensor(np.full(z.shape, np.nan, "float32"))
+    _compiled(softmax_func(8))["main"](tvm.runtime.tensor(z), out)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("rows, n", [(5, 1), (3, 7), (4, 16), (6, 37), (2, 509)])
 def test_softmax_matches_numpy_at_any_row_length(softmax, rows, n):
     x = np.random.default_rng(n).standard_normal((rows, n)).astype("float32") * 10

@@ -16,7 +16,7 @@ from typing import Any
 from .dispatch import UKernel
 
 
-def bias_shape(bias: Any, out_shape: list[Any]) -> bool:
+def is_bias(bias: Any, out_shape: list[Any]) -> bool:
     """Whether a constant broadcasts along the output's rows only: [N] or [1, N] for a dense output [rows, N],
     [1, K, 1, 1] or [K, 1, 1] for a conv2d output [N, K, P, Q]."""
     dims = [int(d) for d in bias.ty.shape]

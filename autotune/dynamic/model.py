@@ -28,7 +28,7 @@ from ..thread_pool import load_executable
 from ..target import kernel_threads, parse_target, to_tvm_target, use_target_threads, vector_unit
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
-from .bias import bias_shape, with_bias
+from .bias import is_bias, with_bias
 from .symbolic_ops import rewrite_symbolic_ops
 from .sites import dynamic_specs, import_dynamic, match_site
 from .spec import DynamicSpec
@@ -187,7 +187,7 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase,
             bound = self.lookup_binding(product) if isinstance(product, relax.Var) else None
             if (not isinstance(bias, ir.expr.GenericConst) or not isinstance(bound, relax.Call)
                     or getattr(bound.op, "name", "") != "relax.call_tir" or bound.args[0] not in plain
-                    or not bias_shape(bias, list(bound.ty.shape)) or str(bias.ty.dtype) != "float32"):
+                    or not is_bias(bias, list(bound.ty.shape)) or str(bias.ty.dtype) != "float32"):
                 return None
             key = plain[bound.args[0]]
             x, *weights, table = list(bound.args[1].fields)
@@ -222,7 +222,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     mod = import_dynamic(program, name)
     recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
     mod, sites = rewrite_sites(mod, tgt, recs, shipped)
-    mod, symbolic = rewrite_symbolic_ops(mod)
+    mod, symbolic = rewrite_symbolic_ops(mod, vector_unit(tgt)[0])
     tvm_target = to_tvm_target(tgt)
     # its calls of a static shape on their tasks' kernels, the rest legalized, fused and on the default schedules
     mod, static = lower_relax(mod, tgt, recs, knowledge=Knowledge.load(tgt) if shipped else None)

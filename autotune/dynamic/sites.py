@@ -106,6 +106,14 @@ def _static(dims: Any) -> list[int] | None:
     return [int(d) for d in dims] if all(isinstance(d, tirx.IntImm) for d in dims) else None
 
 
+def flat_size(dims: Any) -> Any:
+    """The product of sizes (symbolic ones too; 1 for none): the rows of leading dimensions flattened."""
+    size = dims[0] if len(dims) else 1
+    for d in list(dims)[1:]:
+        size = size * d
+    return size
+
+
 def match_dense(call: Any) -> DynamicCall | None:
     """matmul(x [*lead, K], constant [K, N]) with a symbolic size in lead: a dynamic dense over their product."""
     from tvm import ir, tirx
@@ -124,10 +132,8 @@ def match_dense(call: Any) -> DynamicCall | None:
     lead, k = shape[:-1], shape[-1]
     if not isinstance(k, tirx.IntImm) or int(k) != w_shape[0] or all(isinstance(d, tirx.IntImm) for d in lead):
         return None
-    rows = lead[0]
-    for d in lead[1:]:
-        rows = rows * d
-    return DynamicCall("dense", (("in_features", int(k)), ("out_features", w_shape[1])), x, w, rows, tuple(lead))
+    return DynamicCall("dense", (("in_features", int(k)), ("out_features", w_shape[1])), x, w, flat_size(lead),
+                       tuple(lead))
 
 
 def match_conv2d(call: Any) -> DynamicCall | None:

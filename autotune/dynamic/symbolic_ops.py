@@ -6,7 +6,7 @@ compiled function for every size, vectors throughout, as the generic schedules o
   a `matmul(a, b)` whose operands are both computed (no constant weight to pack at build time) and of which a size
   varies becomes `batch_matmul_func`: the batch (the leading dimensions, flattened) in parallel with the output's
   rows, each output computed in register tiles of R rows x W columns (R = 4 where there are 4 rows, else 1; W =
-  32 or 16 fp32 lanes where the rows are that long), the reduction innermost, the tile's sums in registers. Tiles
+  two vectors or one where the rows are that long), the reduction innermost, the tile's sums in registers. Tiles
   at the last rows and columns overlap the ones before them (they start at m - R, n - W), so every tile is whole:
   no predicate, no scalar tail. Rows shorter than 16 run a plain loop. Where b is a tensor transposed (attention's
   keys, their last dimension static), `batch_matmul_nt_func` reads that tensor as it is: no transpose is made.
@@ -20,12 +20,15 @@ the call to its kernels).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .sites import flat_size
+
 ROW_TILE = 4  # output rows per register tile
-LANE_TILES = (32, 16)  # output columns per register tile (2 or 1 AVX-512 vectors), the widest that fits the rows
+LANES = 16  # fp32 lanes of the target's vectors where none is given (AVX-512); `rewrite_symbolic_ops` takes the
+# target's. A register tile is 2 vectors wide, or 1 where the rows are shorter.
 
 
 def register_tile(rows: int, width: int, dtype: str) -> Any:
@@ -49,27 +52,27 @@ def register_tile(rows: int, width: int, dtype: str) -> Any:
     return tile
 
 
-def batch_matmul_func(dtype: str = "float32") -> Any:
+def batch_matmul_func(lanes: int = LANES, dtype: str = "float32") -> Any:
     """C[b] = A[b] @ B[b] for A [batch, m, k], B [batch, k, n], C [batch, m, n], every size symbolic."""
     from tvm.script import tirx as T
 
-    def tiled(rows: int, lanes: int) -> Any:
-        tile = register_tile(rows, lanes, dtype)
+    def tiled(rows: int, width: int) -> Any:
+        tile = register_tile(rows, width, dtype)
 
         @T.macro
         def body(A, B, C, nb, m, n, kd):
             row_tiles = (m + T.int64(rows - 1)) // T.int64(rows)
-            col_tiles = (n + T.int64(lanes - 1)) // T.int64(lanes)
+            col_tiles = (n + T.int64(width - 1)) // T.int64(width)
             for job in T.parallel(nb * row_tiles):
                 bi = job // row_tiles
                 i0 = T.min(job % row_tiles * T.int64(rows), m - T.int64(rows))  # the last tile overlaps
                 for jt in range(col_tiles):
-                    j0 = T.min(jt * T.int64(lanes), n - T.int64(lanes))
+                    j0 = T.min(jt * T.int64(width), n - T.int64(width))
                     tile(A, B, C, bi, i0, j0, bi, j0, kd)
         return body
 
-    wide4, narrow4 = tiled(ROW_TILE, LANE_TILES[0]), tiled(ROW_TILE, LANE_TILES[1])
-    wide1, narrow1 = tiled(1, LANE_TILES[0]), tiled(1, LANE_TILES[1])
+    wide4, narrow4 = tiled(ROW_TILE, 2 * lanes), tiled(ROW_TILE, lanes)
+    wide1, narrow1 = tiled(1, 2 * lanes), tiled(1, lanes)
 
     @T.prim_func
     def batch_matmul(a: T.handle, b: T.handle, c: T.handle):
@@ -78,12 +81,12 @@ def batch_matmul_func(dtype: str = "float32") -> Any:
         A = T.match_buffer(a, (nb, m, kd), dtype)
         B = T.match_buffer(b, (nb, kd, n), dtype)
         C = T.match_buffer(c, (nb, m, n), dtype)
-        if n >= T.int64(LANE_TILES[0]):
+        if n >= T.int64(2 * lanes):
             if m >= T.int64(ROW_TILE):
                 wide4(A, B, C, nb, m, n, kd)
             else:
                 wide1(A, B, C, nb, m, n, kd)
-        elif n >= T.int64(LANE_TILES[1]):
+        elif n >= T.int64(lanes):
             if m >= T.int64(ROW_TILE):
                 narrow4(A, B, C, nb, m, n, kd)
             else:
@@ -99,14 +102,14 @@ def batch_matmul_func(dtype: str = "float32") -> Any:
     return batch_matmul
 
 
-def batch_matmul_nt_func(k: int, dtype: str = "float32") -> Any:
+def batch_matmul_nt_func(k: int, lanes: int = LANES, dtype: str = "float32") -> Any:
     """C[b] = A[b] @ Bt[b]ᵀ for A [batch, m, k], Bt [batch, n, k] (attention's keys as they are, not transposed),
     C [batch, m, n]; k static, the rest symbolic. Rows under 4: each output a dot product of two rows in vectors
     (a decoding step's scores); else, per batch and column tile (in parallel), Bt's tile packed once into a
     [k, W] panel, then the register tiles of `batch_matmul_func` over every row tile."""
     from tvm.script import tirx as T
 
-    lanes, whole = LANES, k // LANES * LANES
+    whole = k // lanes * lanes
 
     def tiled(rows: int, width: int) -> Any:
         tile = register_tile(rows, width, dtype)
@@ -126,7 +129,7 @@ def batch_matmul_nt_func(k: int, dtype: str = "float32") -> Any:
                     tile(A, panel, C, bi, i0, j0, 0, 0, k)
         return body
 
-    wide, narrow = tiled(ROW_TILE, LANE_TILES[0]), tiled(ROW_TILE, LANE_TILES[1])
+    wide, narrow = tiled(ROW_TILE, 2 * lanes), tiled(ROW_TILE, lanes)
 
     @T.prim_func
     def batch_matmul_nt(a: T.handle, b: T.handle, c: T.handle):
@@ -135,9 +138,9 @@ def batch_matmul_nt_func(k: int, dtype: str = "float32") -> Any:
         A = T.match_buffer(a, (nb, m, k), dtype)
         Bt = T.match_buffer(b, (nb, n, k), dtype)
         C = T.match_buffer(c, (nb, m, n), dtype)
-        if m >= T.int64(ROW_TILE) and n >= T.int64(LANE_TILES[0]):
+        if m >= T.int64(ROW_TILE) and n >= T.int64(2 * lanes):
             wide(A, Bt, C, nb, m, n)
-        elif m >= T.int64(ROW_TILE) and n >= T.int64(LANE_TILES[1]):
+        elif m >= T.int64(ROW_TILE) and n >= T.int64(lanes):
             narrow(A, Bt, C, nb, m, n)
         else:
             for job in T.parallel(nb * m):
@@ -158,9 +161,6 @@ def batch_matmul_nt_func(k: int, dtype: str = "float32") -> Any:
     return batch_matmul_nt
 
 
-LANES = 16  # fp32 lanes of an AVX-512 vector: softmax's passes
-
-
 def fast_exp(x: Any) -> Any:
     """TVM's fast_exp (topi): exp by 2^n times a degree-7 polynomial, |error| ~ 1e-7 relative, vectorisable."""
     from tvm import tirx
@@ -178,11 +178,9 @@ def fast_exp(x: Any) -> Any:
     return tirx.max(scale * poly, x)
 
 
-def softmax_func() -> Any:
+def softmax_func(lanes: int = LANES) -> Any:
     """Y = softmax(X) over the last axis of X, Y [rows, n], both sizes symbolic."""
     from tvm.script import tirx as T
-
-    lanes = LANES
 
     @T.prim_func
     def softmax(x: T.handle, y: T.handle):
@@ -238,13 +236,6 @@ def _same(p: Any, q: Any) -> bool:
     return bool(Analyzer().can_prove_equal(p, q))
 
 
-def _flat(lead: Sequence[Any]) -> Any:
-    size = lead[0] if lead else 1
-    for d in lead[1:]:
-        size = size * d
-    return size
-
-
 def match_product(call: Any) -> bool:
     """A float32 matmul of two computed operands of the same batch dimensions, one of its sizes symbolic."""
     from tvm import ir
@@ -287,7 +278,7 @@ def _transposed_source(b: Any, lookup: Callable[[Any], Any]) -> Any | None:
     return None
 
 
-def emit_product(builder: Any, kernel_of: Callable[[str, Callable[[], Any]], Any], call: Any,
+def emit_product(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], Any], call: Any,
                  lookup: Callable[[Any], Any]) -> Any:
     """The product on `batch_matmul_func`, its operands viewed as 3-d; where B is a tensor transposed (attention's
     keys), on `batch_matmul_nt_func` of that tensor as it is (no transpose made)."""
@@ -295,11 +286,11 @@ def emit_product(builder: Any, kernel_of: Callable[[str, Callable[[], Any]], Any
 
     a, b = call.args
     sa, sb = list(a.ty.shape), list(b.ty.shape)
-    lead, size = sa[:-2], _flat(sa[:-2])
+    lead, size = sa[:-2], flat_size(sa[:-2])
     keys = _transposed_source(b, lookup)
     if keys is not None:
         k = int(keys.ty.shape[-1])
-        gv, b = kernel_of(f"dynamic_batch_matmul_nt_k{k}", lambda: batch_matmul_nt_func(k)), keys
+        gv, b = kernel_of(f"dynamic_batch_matmul_nt_k{k}", lambda lanes: batch_matmul_nt_func(k, lanes)), keys
     else:
         gv = kernel_of("dynamic_batch_matmul", batch_matmul_func)
     a3, b3 = (x if len(x.ty.shape) == 3 else builder.emit(relax.op.reshape(x, [size, *list(x.ty.shape)[-2:]]))
@@ -316,7 +307,7 @@ def match_softmax(call: Any) -> bool:
             and _symbolic(shape[-1:]))
 
 
-def emit_softmax(builder: Any, kernel_of: Callable[[str, Callable[[], Any]], Any], call: Any,
+def emit_softmax(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], Any], call: Any,
                  lookup: Callable[[Any], Any]) -> Any:
     """The softmax on `softmax_func`, its input viewed as 2-d."""
     from tvm import relax
@@ -326,8 +317,8 @@ def emit_softmax(builder: Any, kernel_of: Callable[[str, Callable[[], Any]], Any
     shape = list(x.ty.shape)
     if len(shape) == 2:
         return relax.call_tir(gv, [x], relax.TensorType(shape, "float32"))
-    x2 = builder.emit(relax.op.reshape(x, [_flat(shape[:-1]), shape[-1]]))
-    out = builder.emit(relax.call_tir(gv, [x2], relax.TensorType([_flat(shape[:-1]), shape[-1]], "float32")))
+    x2 = builder.emit(relax.op.reshape(x, [flat_size(shape[:-1]), shape[-1]]))
+    out = builder.emit(relax.call_tir(gv, [x2], relax.TensorType([flat_size(shape[:-1]), shape[-1]], "float32")))
     return relax.op.reshape(out, shape)
 
 
@@ -347,8 +338,9 @@ class SymbolicOp:
     """A Relax operator with hand-written kernels where a size varies."""
 
     matches: Callable[[Any], bool]  # whether a call of the operator takes them
-    # (builder, kernel_of(name, make PrimFunc) -> its GlobalVar, call, binding lookup) -> the replacing expression
-    emit: Callable[[Any, Callable[[str, Callable[[], Any]], Any], Any, Callable[[Any], Any]], Any]
+    # (builder, kernel_of(name, make PrimFunc of the vector lanes) -> its GlobalVar, call, binding lookup) -> the
+    # replacing expression
+    emit: Callable[[Any, Callable[[str, Callable[[int], Any]], Any], Any, Callable[[Any], Any]], Any]
 
 
 SYMBOLIC_OPS = {
@@ -357,9 +349,9 @@ SYMBOLIC_OPS = {
 }
 
 
-def rewrite_symbolic_ops(mod: Any) -> tuple[Any, dict[str, int]]:
-    """The module with every call a `SYMBOLIC_OPS` entry matches on its kernels, and how many calls each kernel
-    takes (the kernels' names)."""
+def rewrite_symbolic_ops(mod: Any, lanes: int = LANES) -> tuple[Any, dict[str, int]]:
+    """The module with every call a `SYMBOLIC_OPS` entry matches on its kernels (vectors of `lanes` fp32, the
+    target's), and how many calls each kernel takes (the kernels' names)."""
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -368,9 +360,10 @@ def rewrite_symbolic_ops(mod: Any) -> tuple[Any, dict[str, int]]:
 
     @mutator
     class _Rewriter(PyExprMutator):
-        def kernel_of(self, name: str, make: Callable[[], Any]) -> Any:
+        def kernel_of(self, name: str, make: Callable[[int], Any]) -> Any:
             if name not in kernels:
-                kernels[name] = self.builder_.add_func(in_root_block(make()).with_attr("global_symbol", name), name)
+                func = in_root_block(make(lanes)).with_attr("global_symbol", name)
+                kernels[name] = self.builder_.add_func(func, name)
             counts[name] = counts.get(name, 0) + 1
             return kernels[name]
 
