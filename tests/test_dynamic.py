@@ -220,10 +220,26 @@ for m in (1, 7, 97, 300):
 """
 
 
+def _residual_mlp():
+    """relu(x W1) W2 + b + x[:, :16]: epilogues of a ReLU, and of a bias and a residual cut by rows."""
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.l2 = torch.nn.Linear(64, 64, bias=False), torch.nn.Linear(64, 16)
+
+        def forward(self, x):
+            return self.l2(torch.relu(self.l1(x))) + x[:, :16]
+
+    return Net().eval()
+
+
 def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
     """A linear layer with a dynamic batch is a dynamic dense: on the log's uKernels where it tunes them, else on
-    the shipped or heuristic configs. The cover of every size is compiled into the module: it exports, loads in a
-    fresh process and matches PyTorch at every size."""
+    the shipped or heuristic configs. The elementwise ops after it run in its uKernels' write-back (a residual's
+    rows cut with the input's). The cover of every size is compiled into the module: it exports, loads in a fresh
+    process and matches PyTorch at every size."""
     torch = pytest.importorskip("torch")
     from autotune.model.build import build_model
 
@@ -232,15 +248,17 @@ def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
                  "2", "--tuner", "random", *UNHURRIED_CLI, "--quiet", "--log", str(log)]) == 0
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.ReLU(),
-                                torch.nn.Linear(64, 16)).eval()
+    model = _residual_mlp()
     batch = torch.export.Dim("batch", min=1, max=300)
-    program = torch.export.export(model, (torch.randn(4, 64),), dynamic_shapes={"input": {0: batch}})
+    program = torch.export.export(model, (torch.randn(4, 64),), dynamic_shapes={"x": {0: batch}})
     built = build_model(program, logs=[log])
     summary = built.report.summary()
     assert "1 of 2 dynamic layers use tuned uKernels" in summary, summary
-    assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs" in summary
+    assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs (the epilogue in their " \
+           "write-back: relu)" in summary, summary
     assert "dense(batch=1..300,in_features=64,out_features=16): uKernels on" in summary
+    assert "(the epilogue in their write-back: add, strided_slice)" in summary or \
+           "(the epilogue in their write-back: strided_slice, add)" in summary, summary
     want = {}
     for m in (1, 7, 97, 300):
         x = torch.randn(m, 64)
@@ -365,7 +383,8 @@ def test_convolutions_of_a_dynamic_batch_are_dynamic_conv2d_kernels():
     built = build_model(program, shipped=False)
     assert "0 of 2 dynamic layers use tuned uKernels" in built.report.summary()
     assert "conv2d --shape N=1..8,C=8,H=12,W=12,K=16,R=3,S=3,stride=2,padding=1" in built.report.summary()
-    assert built.report.summary().count("(the bias in their write-back)") == 2  # each conv's bias add, fused
+    summary = built.report.summary()  # each conv's bias add (and the first's ReLU) in its uKernels' write-back
+    assert "(the epilogue in their write-back: add, relu)" in summary and "write-back: add)" in summary
     for n in (1, 3, 8):
         x = torch.randn(n, 3, 12, 12)
         with torch.no_grad():

@@ -79,13 +79,11 @@ class UKernel:
 class DynamicKernel:
     """Call it on numpy arrays (or torch tensors) of any size of the dynamic dimension."""
 
-    def __init__(self, spec: DynamicSpec, ukernels: Sequence[UKernel], sliced: Sequence[bool] | None = None):
-        """`sliced`: per input of the uKernels, whether it is cut by rows (default: the operator's; a uKernel with a
-        bias in its write-back, `bias.with_bias`, takes one more input, not cut)."""
+    def __init__(self, spec: DynamicSpec, ukernels: Sequence[UKernel]):
         if not ukernels:
             raise AutotuneError(f"no uKernel for {spec}")
         self.spec = spec
-        self.sliced = tuple(sliced) if sliced is not None else spec.split.sliced
+        self.sliced = spec.split.sliced  # per input, whether it is cut by rows
         self.ukernels = sorted(ukernels, key=lambda u: -u.height)
         kind = element_type(spec.dtype)
         self._types = (*(kind.numpy_storage for _ in self.sliced), kind.numpy_output)  # inputs..., output

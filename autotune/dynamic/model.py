@@ -13,6 +13,8 @@ tuned kernel are. The module exports like a static build's.
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +30,7 @@ from ..thread_pool import load_executable
 from ..target import kernel_threads, parse_target, to_tvm_target, use_target_threads, vector_unit
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
-from .bias import is_bias, with_bias
+from .fusion import fuse_dispatch_groups
 from .symbolic_ops import rewrite_symbolic_ops
 from .sites import dynamic_specs, import_dynamic, match_site
 from .spec import DynamicSpec
@@ -41,14 +43,19 @@ class DynamicSite:
 
     spec: DynamicSpec
     source: str
-    bias: bool = False  # its calls' bias add runs in the uKernels' write-back (`bias.with_bias`)
+    # per call that FuseOps grouped with an epilogue: the epilogue's functions, fused, or why it was not
+    fused: list[list[str] | str] = field(default_factory=list)
 
     @property
     def tuned(self) -> bool:
         return self.source == "logs"
 
     def line(self) -> str:
-        return self._line() + (" (the bias in their write-back)" if self.bias else "")
+        ops = ", ".join(dict.fromkeys(re.sub(r"\d+$", "", op) for ops in self.fused if isinstance(ops, list)
+                                      for op in ops))
+        apart = "; ".join(dict.fromkeys(why for why in self.fused if isinstance(why, str)))
+        return self._line() + (f" (the epilogue in their write-back: {ops})" if ops else "") + \
+            (f" (an epilogue not fused: {apart})" if apart else "")
 
     def _line(self) -> str:
         if self.tuned:
@@ -117,52 +124,38 @@ class DynamicBuiltModel:
         return flat[0] if len(flat) == 1 else tuple(flat)
 
 
-def rewrite_sites(mod: Any, target: dict, records: TuningDatabase,
-                  shipped: bool = True) -> tuple[Any, list[DynamicSite]]:
+def rewrite_sites(mod: Any, target: dict, records: TuningDatabase, shipped: bool = True,
+                  fuse: bool = True) -> tuple[Any, list[DynamicSite], dict[str, DynamicKernel]]:
     """Replace each dynamic site's call (`sites.match_site`) by a call to its dynamic kernel: on the records'
-    uKernels, else on the shipped knowledge's configs (`shipped`) or heuristic ones. A constant bias added to a
-    site's output goes into its uKernels' write-back (`bias.with_bias`), as a static build fuses it."""
-    from tvm import ir, relax
+    uKernels, else on the shipped knowledge's configs (`shipped`) or heuristic ones. Returns the module, the
+    sites and the dispatchers by function name; where `fuse`, each dispatcher has a tuned kernel's pattern, so that
+    FuseOps groups it with its epilogue (`fusion.fuse_dispatch_groups`)."""
+    from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    from ..model.epilogue import OUT_EWISE_FUSABLE
 
     specs = dynamic_specs(mod, target)
     sites: list[DynamicSite] = []
-    ukernels: dict[tuple, list[Any]] = {}
-    kernels: dict[tuple, tuple[Any, DynamicKernel]] = {}  # (site key, bias shape or None) -> (GlobalVar, kernel)
-    plain: dict[Any, tuple] = {}  # a plain kernel's GlobalVar -> its site key
-    lanes = vector_unit(target)[0]
+    kernels: dict[tuple, tuple[Any, DynamicKernel]] = {}  # site key -> (GlobalVar, kernel)
 
-    def kernel_of(key: tuple, builder: Any, bias: np.ndarray | None = None) -> tuple[Any, DynamicKernel]:
-        """The compiled cover's GlobalVar in the module and its kernel (with `bias`'s shape in its write-back)."""
-        spec = specs[key][0]
-        if key not in ukernels:
-            ukernels[key], source = model_ukernels(spec, records, shipped)
+    def kernel_of(key: tuple, builder: Any) -> tuple[Any, DynamicKernel]:
+        """The compiled cover's GlobalVar in the module and its kernel."""
+        if key not in kernels:
+            spec = specs[key][0]
+            ukernels, source = model_ukernels(spec, records, shipped)
             sites.append(DynamicSite(spec, source))
-        vkey = (key, None if bias is None else bias.shape)
-        if vkey not in kernels:
-            if bias is None:
-                kernel = DynamicKernel(spec, ukernels[key])
-            else:
-                kernel = DynamicKernel(spec, [with_bias(u, bias, lanes) for u in ukernels[key]],
-                                       sliced=(*spec.split.sliced, False))
-            name = "dynamic_" + "_".join([spec.op, *(f"{k}{v}" for k, v in spec.fixed)]) + ("_bias" if vkey[1] else "")
-            # private: DeadCodeElimination drops a plain kernel whose every call took a bias
-            gv = builder.add_func(kernel.func.without_attr("global_symbol"), name)
-            kernels[vkey] = gv, kernel
-            if bias is None:
-                plain[gv] = key
-            else:
-                next(site for site in sites if site.spec == spec).bias = True
-        return kernels[vkey]
+            kernel = DynamicKernel(spec, ukernels)
+            name = "dynamic_" + "_".join([spec.op, *(f"{k}{v}" for k, v in spec.fixed)])
+            func = kernel.func.without_attr("global_symbol")
+            kernels[key] = builder.add_func(func.with_attr("op_pattern", OUT_EWISE_FUSABLE) if fuse else func,
+                                            name), kernel
+        return kernels[key]
 
     @mutator
     class _Rewriter(PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
-            if getattr(call.op, "name", "") == "relax.add":
-                fused = self._with_bias(call)
-                if fused is not None:
-                    return fused
             site = match_site(call)
             if site is None:
                 return call
@@ -180,31 +173,12 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase,
                 return relax.op.reshape(self.builder_.emit(out), [*site.lead, shape[-1]])
             return out
 
-        def _with_bias(self, add: Any) -> Any | None:
-            """add(a plain dynamic kernel's call, a constant bias) as one call of its kernel with the bias."""
-            first, second = add.args
-            product, bias = (first, second) if isinstance(second, ir.expr.GenericConst) else (second, first)
-            bound = self.lookup_binding(product) if isinstance(product, relax.Var) else None
-            if (not isinstance(bias, ir.expr.GenericConst) or not isinstance(bound, relax.Call)
-                    or getattr(bound.op, "name", "") != "relax.call_tir" or bound.args[0] not in plain
-                    or not is_bias(bias, list(bound.ty.shape)) or str(bias.ty.dtype) != "float32"):
-                return None
-            key = plain[bound.args[0]]
-            x, *weights, table = list(bound.args[1].fields)
-            try:
-                gv, kernel = kernel_of(key, self.builder_, bias.value.numpy())
-            except Exception:  # noqa: BLE001 - the add did not fuse into a uKernel: it stays a function of its own
-                return None
-            per_ukernel = iter(weights)
-            fixed = [next(per_ukernel) if i != len(kernel.sliced) - 1 else bias
-                     for f in kernel.params.fixed for i, _ in f]
-            return relax.call_tir(gv, [x, *fixed, table], bound.ty)
-
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get(), sites
+    by_name = {gv.name_hint: kernel for gv, kernel in kernels.values()}
+    return rewriter.builder_.get(), sites, by_name
 
 
 def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), target: str | dict = "llvm",
@@ -219,14 +193,33 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     if tgt["kind"] != "llvm":
         raise AutotuneError("dynamic model builds run on the CPU (llvm) only")
     use_target_threads(tgt)
-    mod = import_dynamic(program, name)
     recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
-    mod, sites = rewrite_sites(mod, tgt, recs, shipped)
-    mod, symbolic = rewrite_symbolic_ops(mod, vector_unit(tgt)[0])
-    tvm_target = to_tvm_target(tgt)
-    # its calls of a static shape on their tasks' kernels, the rest legalized, fused and on the default schedules
-    mod, static = lower_relax(mod, tgt, recs, knowledge=Knowledge.load(tgt) if shipped else None)
-    executable = compile_lowered(mod, tvm_target)
+    knowledge = Knowledge.load(tgt) if shipped else None
+
+    def lowered(fuse: bool) -> tuple[Any, list[DynamicSite], dict[str, int], Any]:
+        mod, sites, dispatchers = rewrite_sites(import_dynamic(program, name), tgt, recs, shipped, fuse)
+        mod, symbolic = rewrite_symbolic_ops(mod, vector_unit(tgt)[0])
+        epilogues: dict[str, list[list[str] | str]] = {}  # dispatcher -> each call's epilogue, or why not fused
+        regroup = (lambda rest, vectorize: fuse_dispatch_groups(dispatchers, rest, vectorize, epilogues)) \
+            if fuse else None
+        # its calls of a static shape on their tasks' kernels, the rest legalized, fused and on the default schedules
+        mod, static = lower_relax(mod, tgt, recs, knowledge=knowledge, regroup=regroup)
+        for dispatcher, ops in epilogues.items():
+            spec = dispatchers[dispatcher].spec
+            next(site for site in sites if site.spec == spec).fused.extend(ops)
+        return mod, sites, symbolic, static
+
+    try:
+        mod, sites, symbolic, static = lowered(fuse=True)
+        executable = compile_lowered(mod, to_tvm_target(tgt))
+    except AutotuneError:
+        raise
+    except Exception as err:  # noqa: BLE001 - TVM refused a fused group: the unfused build is the known-good one
+        warnings.warn(f"dynamic kernels' epilogue fusion failed ({type(err).__name__}: "
+                      f"{str(err).strip().splitlines()[-1][:200] if str(err).strip() else ''}); built unfused",
+                      stacklevel=2)
+        mod, sites, symbolic, static = lowered(fuse=False)
+        executable = compile_lowered(mod, to_tvm_target(tgt))
     return DynamicBuiltModel(name, executable, sites, static, input_descriptions(program), kernel_threads(tgt),
                              symbolic)
 

@@ -327,22 +327,25 @@ def _schedulers(target: dict, tvm_target: Any) -> tuple[Callable, Callable | Non
 
 
 def lower_model(mod: Any, target: dict, kernels: dict[str, ModelKernel], tvm_target: Any,
-                fuse: bool = True) -> tuple[Any, dict[str, str]]:
+                fuse: bool = True, regroup: Callable[[Callable, Callable | None], Any] | None = None
+                ) -> tuple[Any, dict[str, str]]:
     """Rewrite, legalize, fuse and schedule: a module ready for the VM's lowering passes. `fuse`: the kernels'
-    epilogues fused into them (else each kernel stays a function of its own)."""
+    epilogues fused into them (else each kernel stays a function of its own). `regroup(schedule_rest,
+    vectorize)`: a pass run on FuseOps' groups before FuseTIR (a dynamic build's dispatchers: `dynamic.fusion`)."""
     import tvm
     from tvm import relax, tirx
 
     mod = expand_activations(sink_reshapes(_replace_calls(mod, target, kernels, fuse)))
     with tvm_target:  # sort, scan (cumsum), sampling: LegalizeOps leaves them to the backend's dispatch passes
         mod = tvm.transform.Sequential(_backend(target["kind"]).library_dispatch_passes(tvm_target))(mod)
+    schedule_rest, vectorize, schedule_other = _schedulers(target, tvm_target)
     mod = tvm.transform.Sequential([
         relax.transform.FastMathTransform(),  # softmax/exp/erf/tanh as vectorisable polynomials, not libm calls
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
-        relax.transform.FuseOps(), *([narrow_epilogues()] if fuse else []), relax.transform.FuseTIR(),
+        relax.transform.FuseOps(), *([narrow_epilogues()] if fuse else []),
+        *([regroup(schedule_rest, vectorize)] if regroup is not None else []), relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination()])(mod)
     generic: dict[str, str] = {}
-    schedule_rest, vectorize, schedule_other = _schedulers(target, tvm_target)
     for gv, func in list(mod.functions_items()):
         if not isinstance(func, tirx.PrimFunc) or int(func.attrs.get("tirx.is_scheduled", 0) or 0):
             continue
@@ -424,8 +427,9 @@ def lower_captured(captured: Captured, target: dict, records: TuningDatabase | I
 
 
 def lower_relax(mod: Any, target: dict, records: TuningDatabase | Iterable[Record], fuse: bool = True,
-                knowledge: Knowledge | None = None) -> tuple[Any, BuildReport]:
-    """`lower_captured` of a Relax module (a dynamic model's too: its calls of a static shape are its tasks)."""
+                knowledge: Knowledge | None = None, regroup: Callable | None = None) -> tuple[Any, BuildReport]:
+    """`lower_captured` of a Relax module (a dynamic model's too: its calls of a static shape are its tasks;
+    `regroup`: see `lower_model`)."""
     sites, skipped = find_sites(mod, target)
     db = TuningDatabase.of(records)
     best = db.best_by_task()
@@ -438,5 +442,5 @@ def lower_relax(mod: Any, target: dict, records: TuningDatabase | Iterable[Recor
         report.kernels.append(choice)
     if knowledge is not None and measurable_here(target):
         report.kernels = check_nearest_shipped(kernels, report.kernels)
-    mod, report.generic = lower_model(mod, target, kernels, to_tvm_target(target), fuse)
+    mod, report.generic = lower_model(mod, target, kernels, to_tvm_target(target), fuse, regroup)
     return mod, report
