@@ -54,3 +54,30 @@ def test_epilogues_after_a_reshape_fuse_into_the_kernel():
     assert not [name for name in built.report.generic if "autotune" not in name and "fast_e" in name]
     with torch.no_grad():
         np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_an_elementwise_op_moves_above_a_reshape_of_a_symbolic_size():
+    """A dynamic model's linear layer on [1, s, 32] runs on [s, 32]: its activation after the reshape back moves
+    above it (so FuseOps puts it in the kernel's write-back), the shapes kept symbolic."""
+    import tvm
+    from tvm import relax, tirx
+
+    from autotune.model.reshapes import sink_reshapes
+
+    s = tirx.Var("s", "int64")
+    x = relax.Var("x", relax.TensorType([s, 32], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.reshape(x, [1, s, 32]))
+            z = bb.emit(relax.op.add(bb.emit(relax.op.nn.relu(y)), relax.const(np.ones((32,), "float32"))))
+            out = bb.emit_output(z)
+        bb.emit_func_output(out)
+    main = relax.transform.DeadCodeElimination()(sink_reshapes(bb.get()))["main"]
+    ops = [b.value.op.name for block in main.body.blocks for b in block.bindings if isinstance(b.value, relax.Call)]
+    assert ops == ["relax.nn.relu", "relax.add", "relax.reshape"], ops
+    executable = tvm.compile(relax.transform.LegalizeOps()(tvm.IRModule({"main": main})), target="llvm")
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    data = np.random.default_rng(0).standard_normal((5, 32)).astype("float32")
+    got = vm["main"](tvm.runtime.tensor(data)).numpy()
+    np.testing.assert_allclose(got, np.maximum(data, 0)[None] + 1, rtol=1e-6)
