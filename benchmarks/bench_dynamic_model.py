@@ -158,7 +158,7 @@ def compare(args, model, times: Times) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--static-trials", type=int, default=64, help="tune-model trials of each length's static build")
-    ap.add_argument("--dynamic-trials", type=int, default=40, help="tune-model trials of the dynamic build")
+    ap.add_argument("--dynamic-trials", type=int, default=56, help="tune-model trials of the dynamic build")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--phase", choices=["prefill", "decode"], default="prefill",
                     help="prefill: a prompt of 1..1024 tokens; decode: one token against a cache of 1..1024")

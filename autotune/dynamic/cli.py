@@ -27,7 +27,8 @@ def add_dynamic_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ukernel-trials", type=int_at_least(1),
                         help="--dynamic: trials of each smaller uKernel, at least 1 (default: --trials/8, at least 2)")
     parser.add_argument("--max-ukernels", type=int_at_least(1), default=3,
-                        help="--dynamic: uKernels to tune at most (>= 1)")
+                        help="--dynamic: uKernels the analytic model chooses at most (>= 1); on a CPU, one more "
+                             "of a few rows where the range's low end is below them")
 
 
 def wants_dynamic(args: argparse.Namespace) -> bool:

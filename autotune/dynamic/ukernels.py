@@ -6,6 +6,10 @@ the bytes it moves (the fixed operand from the cache level it fits in, the rows 
 plus the per-call overhead. A set of heights is scored by how close its cheapest composition
 (compose.Planner, padding included) comes to an exact-size kernel, over sizes spread
 log-uniformly across the declared range; heights are added greedily, best improvement first.
+On a CPU the range's low end also gets a uKernel of at most LOW_END_PADDING times its rows: it is
+usually the most frequent size (a batch of 1, a prompt of one token), and a padded piece of a taller
+uKernel computes its padding rows at the full cost of a tile while the measured time of one of a few
+rows is about that of a matrix-vector product (the weight streamed once).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ DRAM_BYTES_PER_S = 8e9  # per core
 GPU_BYTES_PER_S = 2e12
 COL_VECTORS = 4  # vectors per register-tile row (the template's 64 fp32 columns)
 MAX_HEIGHT = 512  # taller uKernels gain nothing and make padding and tuning dear
+LOW_END_PADDING = 4  # on a CPU, the smallest uKernel computes at most this many times the range's lowest rows
 SAMPLES = 96  # sizes the score is averaged over
 
 
@@ -131,7 +136,9 @@ def rank_ukernels(spec: DynamicSpec, hw: CpuModel | CudaModel, max_kernels: int 
     """Every candidate height, most useful first; the first few (`chosen`) are the uKernels to tune.
 
     Greedy: add the height that lowers the set score most; stop choosing at `max_kernels` or when
-    the next one gains less than `min_gain` (3%). The rest stay ranked for reporting.
+    the next one gains less than `min_gain` (3%). On a CPU, where the smallest chosen height is more
+    than LOW_END_PADDING times the range's lowest size, the tallest candidate within that is chosen
+    too. The rest stay ranked for reporting.
     """
     cost = op_cost(spec)
     heights = candidate_heights(spec, hw)
@@ -154,6 +161,14 @@ def rank_ukernels(spec: DynamicSpec, hw: CpuModel | CudaModel, max_kernels: int 
         picked.append(h)
         scores.append(trial[h])
         current = trial[h]
+    if isinstance(hw, CpuModel) and min(picked[:n_chosen]) > LOW_END_PADDING * spec.lo:
+        low = max(h for h in heights if h <= LOW_END_PADDING * spec.lo)
+        i = picked.index(low)
+        picked.insert(n_chosen, picked.pop(i))
+        scores.pop(i)
+        chosen = picked[:n_chosen + 1]
+        scores.insert(n_chosen, set_score(chosen, [pred[x] for x in chosen], ideal, cost.row_bytes))
+        n_chosen += 1
     out = []
     for rank, (h, score) in enumerate(zip(picked, scores), 1):
         bytes_moved = cost.fixed_bytes + cost.row_bytes * h
