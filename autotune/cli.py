@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import signal
 import sys
 import threading
@@ -15,8 +16,8 @@ from pathlib import Path
 
 from cost_models import train_from_records
 
-from .cli_args import add_runner_arguments, add_search_arguments, checked_tuner_options, int_at_least, number_above, \
-    runner_options, shipped_flag
+from .cli_args import add_cc_argument, add_runner_arguments, add_search_arguments, checked_tuner_options, \
+    int_at_least, number_above, runner_options, shipped_flag
 from .database import TuningDatabase
 from .dynamic.cli import add_dynamic_arguments, cmd_tune_dynamic, wants_dynamic
 from .errors import AutotuneError
@@ -31,6 +32,7 @@ from .plot import X_AXES, curves, draw, log_labels, model_curve, model_summary, 
 from .progress import ProgressBar
 from .files import check_log_path, check_output_path
 from .records import config_key, write_log
+from .target import CROSS_CC_ENV, cross_compiler
 from .task import make_task
 from .templates import resolve, space_of
 from .transfer import start_options, transfer_records, transfer_summary
@@ -54,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("op", help="operator (see `autotune ops`)")
     t.add_argument("--shape", required=True, help="shape parameters, e.g. M=1024,N=1024,K=1024")
     t.add_argument("--dtype", default="float32", help="element type (see `autotune ops`)")
-    t.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, or a JSON target dict")
+    t.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, aarch64 (an ARM CPU, cross-compiled), or "
+                                                     "a JSON target dict")
+    add_cc_argument(t)
     t.add_argument("--arch", help="CUDA arch, e.g. sm_90 (default: the local GPU's, else sm_90)")
     t.add_argument("--trials", type=int_at_least(1), default=200,
                    help="configs to measure in total (a resumed log counts), at least 1")
@@ -123,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = signal.signal(signal.SIGINT, on_sigint) if threading.current_thread() is threading.main_thread() \
         else None
+    cross_cc = os.environ.get(CROSS_CC_ENV)
+    if getattr(args, "cc", None):  # builder processes inherit it
+        os.environ[CROSS_CC_ENV] = args.cc
     try:
         handler = getattr(args, "handler", None) or COMMANDS[args.command]
         code = handler(args)
@@ -142,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        if getattr(args, "cc", None):
+            os.environ.pop(CROSS_CC_ENV, None)
+            if cross_cc is not None:
+                os.environ[CROSS_CC_ENV] = cross_cc
     if interrupted:
         print(INTERRUPTED_MESSAGE, file=sys.stderr)
         return 130
@@ -152,6 +163,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if wants_dynamic(args):
         return cmd_tune_dynamic(args)
     task = make_task(args.op, args.shape, args.dtype, args.target, arch=args.arch)
+    cross_compiler(task.target)  # a cross target's linker, before any work
     options = checked_tuner_options(args)  # validates the tuner and its options before any work
     check_search_arguments(args.trials, args.batch_size, args.early_stopping, args.seed, args.retime,
                            args.build_timeout, args.template)
@@ -165,14 +177,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     options_run = runner_options(args)  # checks --threads against this machine unless RPC measures
     log = Path(args.log) if args.log else default_log_path(task)
     check_log_path(log)  # before any work: a regular file or a new name on a filesystem that can be written
+    if not getattr(args, "rpc_key", None):
+        ensure_measurable(task)  # before any work: this machine measures it
     transfer = []
     if learns_from_transfer(args.tuner):
         transfer = transfer_records(task, log, args.transfer, shipped_flag(args))
         options = start_options(task, transfer, args.tuner, options)
         print(transfer_summary(task, transfer, options), file=sys.stderr)
     remote = runner_from_args(args, options_run)  # None: measure on this machine
-    if remote is None:
-        ensure_measurable(task)
     print(f"tuning {task}  key={task.key}  log={log}", file=sys.stderr)
     try:
         with ProgressBar(args.trials, task, enabled=not args.quiet) as bar:

@@ -93,6 +93,12 @@ def checked_tuner_options(args: argparse.Namespace) -> XGBOptions | None:
     return options
 
 
+def add_cc_argument(p: argparse.ArgumentParser) -> None:
+    """--cc: the C++ cross compiler of a cross target (`target.cross_compiler`)."""
+    p.add_argument("--cc", help="the C++ compiler that links a cross target's kernels (default: the target's "
+                                "mtriple-g++ on PATH, e.g. aarch64-linux-gnu-g++)")
+
+
 def add_shipped_argument(p: argparse.ArgumentParser, effect: str) -> None:
     """--no-shipped: leave out the tuning knowledge autotune ships (`autotune.shipped`); `effect`: what that does
     in this command."""

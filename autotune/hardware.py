@@ -1,8 +1,9 @@
 """Analytic hardware models of a CPU or a CUDA arch, for the uKernel ranking and the cold-start prior.
 
 The CPU model is read from this machine (its clock from /proc/cpuinfo: `target.read_cpuinfo`; /sys cache sizes)
-plus the target's vector unit (`target.vector_unit`) and core count; the CUDA model comes from a small table keyed
-by compute capability.
+plus the target's vector unit (`target.vector_unit`) and core count; a cross target's (another architecture's
+CPU) has that vector unit and core count with a typical clock and caches (`CROSS_CPU`). The CUDA model comes
+from a small table keyed by compute capability.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .gpu_limits import compute_capability, limits_for
-from .target import host_cores, host_llvm_target, read_cpuinfo, vector_unit
+from .target import DEFAULT_GHZ, host_cores, host_llvm_target, is_cross, read_cpuinfo, vector_unit
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
@@ -99,13 +100,19 @@ def cache_sizes(cpu_dir: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> d
     return out
 
 
+# a cross target's caches (L1 data, L2 per core, L3 shared): an ARM core of the Cortex-A7x / Neoverse N class
+CROSS_CACHES = {1: 64 * 1024, 2: 1024 * 1024, 3: 0}
+
+
 def cpu_model(target: dict[str, Any] | None = None, cpuinfo: str | Path = "/proc/cpuinfo",
               cache_dir: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> CpuModel:
-    """The model of this machine's CPU; cores come from the target's `num-cores` when given."""
-    ghz = read_cpuinfo(cpuinfo)[1]
+    """The model of this machine's CPU (a cross target's: `CROSS_CACHES`, DEFAULT_GHZ); cores come from the
+    target's `num-cores` when given."""
     target = target or {}
+    cross = is_cross(target)
+    ghz = DEFAULT_GHZ if cross else read_cpuinfo(cpuinfo)[1]
     lanes, regs = vector_unit(target if target.get("mcpu") else host_llvm_target())  # what kernels compile for
-    caches = cache_sizes(cache_dir)
+    caches = CROSS_CACHES if cross else cache_sizes(cache_dir)
     cores = int(target.get("num-cores") or host_cores())
     return CpuModel(str(target.get("mcpu", "host")), lanes, regs, cores, ghz, caches.get(1, 32 * 1024),
                     caches.get(2, 1024 * 1024), caches.get(3, 0))

@@ -1,10 +1,17 @@
-"""Targets as plain JSON dicts: parse user input, detect the host CPU, convert to tvm.target.Target."""
+"""Targets as plain JSON dicts: parse user input, detect the host CPU, convert to tvm.target.Target.
+
+A CPU target whose `mtriple` names another architecture than this machine's (`aarch64`, or a JSON dict with
+"mtriple": "aarch64-linux-gnu") is a cross target: its kernels are compiled here by LLVM and linked by a cross
+toolchain (`cross_compiler`), and run on the device (over RPC).
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 import os
+import platform
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,6 +22,11 @@ from .errors import AutotuneError
 TARGET_KINDS = ("llvm", "cuda")
 DEFAULT_CUDA_ARCH = "sm_90"
 DEFAULT_GHZ = 2.0  # the clock read_cpuinfo reports when /proc/cpuinfo names none
+# short names of cross targets: the target dict each stands for (NEON: 4 fp32 lanes, 32 vector registers)
+CROSS_TARGETS = {"aarch64": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "generic", "mattr": ["+neon"]}}
+CROSS_CORES = 4  # a cross target's cores where it names none (its kernels' parallel loops split this many ways)
+CROSS_CC_ENV = "AUTOTUNE_CROSS_CC"  # the cross compiler's path, where it is not the triple's g++ on PATH
+_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "x64": "x86_64"}
 
 
 def _affinity_cores() -> int:
@@ -175,8 +187,60 @@ def default_cuda_arch() -> str:
     return local["arch"] if local else DEFAULT_CUDA_ARCH
 
 
+def _arch(name: str) -> str:
+    name = name.lower()
+    return _ARCH_ALIASES.get(name, name)
+
+
+def host_arch() -> str:
+    """This machine's architecture as a triple names it (x86_64, aarch64)."""
+    return _arch(platform.machine())
+
+
+def target_arch(target: dict[str, Any]) -> str:
+    """The architecture a CPU target compiles for: its `mtriple`'s, else this machine's."""
+    triple = target.get("mtriple")
+    return _arch(str(triple).split("-")[0]) if triple else host_arch()
+
+
+def is_cross(target: dict[str, Any]) -> bool:
+    """Whether a CPU target's kernels are for another architecture than this machine's."""
+    return target.get("kind") == "llvm" and target_arch(target) != host_arch()
+
+
+def cross_compiler(target: dict[str, Any]) -> str | None:
+    """The C++ compiler that links a cross target's kernels ($AUTOTUNE_CROSS_CC, else `<mtriple>-g++` on PATH);
+    None for a target of this machine. An AutotuneError says what to install where there is none."""
+    if not is_cross(target):
+        return None
+    named = os.environ.get(CROSS_CC_ENV)
+    if named:
+        found = shutil.which(named)
+        if found is None:
+            raise AutotuneError(f"the cross compiler {named!r} (${CROSS_CC_ENV}, --cc) is not an executable")
+        return found
+    triple = str(target["mtriple"])
+    found = shutil.which(f"{triple}-g++")
+    if found is None:
+        raise AutotuneError(f"no C++ cross compiler for {triple} on this {host_arch()} machine to link its kernels: "
+                            f"install one (Debian: apt-get install g++-{triple}) or name it with --cc")
+    return found
+
+
+def export_library(module: Any, path: str | os.PathLike, target: dict[str, Any]) -> None:
+    """`module.export_library(path)`, linked by the cross compiler for a cross target."""
+    cc = cross_compiler(target)
+    if cc is None:
+        module.export_library(str(path))
+    else:
+        from tvm.support import cc as tvm_cc
+
+        module.export_library(str(path), fcompile=tvm_cc.cross_compiler(cc))
+
+
 def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[str, Any]:
-    """Turn `llvm`, `cuda` or a JSON dict (string or mapping) into a complete target dict."""
+    """Turn `llvm`, `cuda`, a cross target's short name (`aarch64`) or a JSON dict (string or mapping) into a
+    complete target dict."""
     if isinstance(spec, str):
         text = spec.strip()
         if text.startswith("{"):
@@ -186,12 +250,19 @@ def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[st
                 raise AutotuneError(f"target is not valid JSON: {err}") from None
         elif text in TARGET_KINDS:
             spec = {"kind": text}
+        elif text in CROSS_TARGETS:
+            spec = dict(CROSS_TARGETS[text])
         else:
-            raise AutotuneError(f"unknown target {spec!r}; choose one of: {', '.join(TARGET_KINDS)} (or a JSON dict)")
+            names = ", ".join(TARGET_KINDS + tuple(CROSS_TARGETS))
+            raise AutotuneError(f"unknown target {spec!r}; choose one of: {names} (or a JSON dict)")
     if not isinstance(spec, dict) or spec.get("kind") not in TARGET_KINDS:
         raise AutotuneError(f"target kind must be one of {', '.join(TARGET_KINDS)}; got {spec!r}")
     target = dict(spec)
-    if target["kind"] == "llvm":
+    if is_cross(target):  # not this machine's CPU: its own name (generic: the architecture's base ISA)
+        target.setdefault("mcpu", "generic")
+        target.setdefault("num-cores", CROSS_CORES)
+        _check_cpu(target)
+    elif target["kind"] == "llvm":
         host = host_llvm_target()
         if "mcpu" not in target:  # the host's CPU, with what this machine lacks of it switched off
             target["mcpu"] = host["mcpu"]
@@ -209,6 +280,22 @@ def parse_target(spec: str | dict[str, Any], arch: str | None = None) -> dict[st
         raise AutotuneError(f"target num-cores must be an integer >= 1, not {cores!r}")
     check_target(json.dumps(target, sort_keys=True))
     return target
+
+
+def _check_cpu(target: dict[str, Any]) -> None:
+    """Raise unless LLVM knows a cross target's `mcpu` for its `mtriple` (LLVM would compile for the generic CPU
+    instead, saying so only on stderr)."""
+    import tvm
+    from tvm.target import codegen
+
+    if target["mcpu"] == "generic":
+        return
+    known = [str(c) for c in codegen.llvm_get_cpu_archlist(tvm.target.Target({"kind": "llvm",
+                                                                             "mtriple": target["mtriple"]}))]
+    if target["mcpu"] not in known:
+        near = [c for c in known if c.split("-")[0] == str(target["mcpu"]).split("-")[0]][:8] or known[:8]
+        raise AutotuneError(f"LLVM knows no CPU {target['mcpu']!r} for {target['mtriple']}; e.g. "
+                            f"{', '.join(near)} (or generic)")
 
 
 @functools.lru_cache(maxsize=256)

@@ -20,6 +20,7 @@ from .retime import RETIMES
 from .session import STANDARD, Callback, Measurer, TuningSession
 from .session import early_stopping as stop_early
 from .session import progress as progress_callback
+from .target import host_arch, is_cross, target_arch
 from .task import Task
 from .templates import resolve, space_of
 from .transfer import start_options
@@ -146,6 +147,11 @@ def ensure_measurable(task: Task) -> None:
         raise AutotuneError("no CUDA device is available on this machine for measurement: run on a machine with a "
                             "GPU, measure through an RPC server of a GPU machine (--rpc-key/--rpc-tracker), or pass "
                             "--build-only to build and validate candidates without measuring")
+    if is_cross(task.target):
+        raise AutotuneError(f"{target_arch(task.target)} kernels cannot run on this {host_arch()} machine: measure "
+                            "them on the device through an RPC server there (autotune rpc server; --rpc-key/"
+                            "--rpc-tracker here), or pass --build-only to build and validate candidates without "
+                            "measuring")
 
 
 def cuda_device_present() -> bool:

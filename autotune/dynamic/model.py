@@ -27,7 +27,8 @@ from ..records import Record
 from ..model.library import ThreadVMs, numpy_outputs
 from ..operators import get_op
 from ..thread_pool import load_executable
-from ..target import kernel_threads, parse_target, to_tvm_target, use_target_threads, vector_unit
+from ..target import (export_library, host_arch, is_cross, kernel_threads, parse_target, target_arch,
+                      to_tvm_target, use_target_threads, vector_unit)
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
 from .fusion import fuse_dispatch_groups
@@ -79,6 +80,7 @@ class DynamicBuiltModel:
     inputs: tuple[str, ...] = ()  # each user input's name, shape (a symbolic size with its range) and dtype
     threads: int = 1  # CPU threads of its parallel loops (the target's, see `target.kernel_threads`)
     symbolic: dict[str, int] = field(default_factory=dict)  # hand-written kernel -> calls (`symbolic_ops`)
+    target: dict = field(default_factory=dict)  # the target dict it was built for
     _vms: Any = None
 
     @property
@@ -87,7 +89,7 @@ class DynamicBuiltModel:
         return self
 
     def export_library(self, path: str | os.PathLike) -> None:
-        self.executable.export_library(str(path))
+        export_library(self.executable, path, self.target)
 
     def summary(self) -> str:
         tuned = sum(s.tuned for s in self.sites)
@@ -112,6 +114,9 @@ class DynamicBuiltModel:
         if self._vms is None:
             import tvm
 
+            if is_cross(self.target):
+                raise AutotuneError(f"{self.name} was built for {target_arch(self.target)}, not this {host_arch()} "
+                                    "machine (export_library it and run it there, or over RPC)")
             self._vms = ThreadVMs(load_executable(self.executable, self.threads), tvm.cpu())
         return self._vms
 
@@ -221,7 +226,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
         mod, sites, symbolic, static = lowered(fuse=False)
         executable = compile_lowered(mod, to_tvm_target(tgt))
     return DynamicBuiltModel(name, executable, sites, static, input_descriptions(program), kernel_threads(tgt),
-                             symbolic)
+                             symbolic, tgt)
 
 
 def input_descriptions(program: Any) -> tuple[str, ...]:

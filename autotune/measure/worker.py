@@ -13,7 +13,7 @@ import numpy as np
 
 from ..gpu_limits import check_config
 from ..operators import check_output, random_inputs, reduction_size, reference_output
-from ..target import compile_kernel
+from ..target import compile_kernel, export_library
 from ..task import Task
 from ..templates import resolve, space_of
 from .timing import time_kernel
@@ -42,7 +42,7 @@ def build(task: Task, index: int, template_ref: str, out_path: str) -> tuple[str
         last_line = str(err).strip().splitlines()[-1] if str(err).strip() else ""
         return "invalid_config", f"{type(err).__name__}: {last_line}", 0.0
     try:
-        compile_kernel(mod, task.target).export_library(out_path)
+        export_library(compile_kernel(mod, task.target), out_path, task.target)
     except Exception as err:
         return "compile_error", f"{type(err).__name__}: {str(err).strip()[-500:]}", time.perf_counter() - t0
     return None, out_path, time.perf_counter() - t0

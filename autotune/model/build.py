@@ -24,7 +24,8 @@ from ..gpu_limits import check_config
 from ..records import Record
 from ..shipped import Knowledge, ShippedConfig, shipped_enabled
 from ..space import Config
-from ..target import kernel_threads, to_tvm_target, use_target_threads, vector_unit
+from ..target import (export_library, host_arch, is_cross, kernel_threads, target_arch, to_tvm_target,
+                      use_target_threads, vector_unit)
 from ..task import Task
 from ..templates import default_template, resolve, space_of
 from ..thread_pool import load_executable
@@ -99,6 +100,7 @@ class BuiltModel:
     report: BuildReport
     device: str = "cpu"  # where it runs: "cpu" (llvm) or "cuda"
     threads: int = 1  # CPU threads of its parallel loops (the target's, see `target.kernel_threads`)
+    target: dict = field(default_factory=dict)  # the target dict it was built for
     _vms: ThreadVMs | None = None
 
     def _check(self, args: Sequence[Any]) -> list[np.ndarray]:
@@ -113,6 +115,9 @@ class BuiltModel:
     def tvm_device(self) -> Any:
         import tvm
 
+        if is_cross(self.target):
+            raise AutotuneError(f"{self.name} was built for {target_arch(self.target)}, not this {host_arch()} machine "
+                                "(export_library it and run it there, or over RPC)")
         dev = tvm.device(self.device)
         if not dev.exist:
             raise AutotuneError(f"{self.name} was built for {self.device} and this machine has no {self.device} "
@@ -146,7 +151,7 @@ class BuiltModel:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def export_library(self, path: str | os.PathLike) -> None:
-        self.executable.export_library(str(path))
+        export_library(self.executable, path, self.target)
 
 
 def _fmt(specs: Iterable[tuple[tuple[int, ...], str]]) -> str:
@@ -416,7 +421,7 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
         executable = compile_lowered(mod, to_tvm_target(tgt))
         report.fusion = f"off ({why})"
     return BuiltModel(captured.name, captured.inputs, executable, report, "cuda" if tgt["kind"] == "cuda" else "cpu",
-                      kernel_threads(tgt))
+                      kernel_threads(tgt), tgt)
 
 
 def lower_captured(captured: Captured, target: dict, records: TuningDatabase | Iterable[Record],

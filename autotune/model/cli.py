@@ -7,16 +7,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import (add_runner_arguments, add_search_arguments, add_shipped_argument, int_at_least,
-                        runner_options, shipped_flag, tuner_options)
+from ..cli_args import (add_cc_argument, add_runner_arguments, add_search_arguments, add_shipped_argument,
+                        int_at_least, runner_options, shipped_flag, tuner_options)
 from ..errors import AutotuneError
+from ..measure.rpc import add_rpc_runner_arguments, runner_from_args
+from ..target import cross_compiler, parse_target
 from .build import build_model
 from .capture import load_program
 from .export_db import export_database
 from .extract import collect_tasks, extract_tasks
 from .scheduler import tune_model
 
-TARGET_HELP = "llvm (this CPU), cuda (the local GPU's arch, else sm_90) or a JSON target dict"
+TARGET_HELP = ("llvm (this CPU), cuda (the local GPU's arch, else sm_90), aarch64 (an ARM CPU, cross-compiled) or a "
+               "JSON target dict")
 MODEL_HELP = ("path/to/file.py:factory (runs that file; the factory returns (module, example_inputs)) or a saved "
               "torch.export .pt2 (read with pickling off, see --allow-pickle)")
 PICKLE_HELP = ("load a .pt2 that holds pickles or an AOTInductor library: they run code when loaded, so only for a "
@@ -40,10 +43,12 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="trials in total over all tasks (the log's count), at least 1")
     t.add_argument("--log", required=True, help="log file shared by all tasks; re-running continues it")
     t.add_argument("--target", default="llvm", help=TARGET_HELP)
+    add_cc_argument(t)
     t.add_argument("--tuner", default="xgb", help="random | grid | xgb (default)")
     t.add_argument("--round-trials", type=int_at_least(1), default=16, help="trials per scheduling round (>= 1)")
     t.add_argument("--seed", type=int_at_least(0), default=0, help="random seed of the search (>= 0)")
     add_runner_arguments(t)
+    add_rpc_runner_arguments(t)
     t.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     add_search_arguments(t, "the other logs beside --log, and the model's other tasks so far")
     t.add_argument("--allow-pickle", action="store_true", help=PICKLE_HELP)
@@ -55,6 +60,7 @@ def add_model_commands(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("-o", "--output", required=True,
                    help="shared library to write (load with autotune.model.load_library)")
     b.add_argument("--target", default="llvm", help=TARGET_HELP)
+    add_cc_argument(b)
     add_shipped_argument(b, "a task without a record in --logs gets its heuristic config")
     b.add_argument("--allow-pickle", action="store_true", help=PICKLE_HELP)
     b.set_defaults(handler=cmd_build)
@@ -105,16 +111,23 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     if args.round_trials < 1:
         raise AutotuneError("--round-trials must be >= 1")
     options_run, options = runner_options(args), tuner_options(args)  # checked before the model is loaded
-    result = tune_model(_model(args), trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
-                        round_trials=args.round_trials, seed=args.seed, runner_options=options_run,
-                        via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
-                        tuner_options=options, shipped=shipped_flag(args))
+    cross_compiler(parse_target(args.target))  # a cross target's linker, before any work
+    remote = runner_from_args(args, options_run)  # None: measure on this machine
+    try:
+        result = tune_model(_model(args), trials=args.trials, log=args.log, target=args.target, tuner=args.tuner,
+                            round_trials=args.round_trials, seed=args.seed, runner_options=options_run, runner=remote,
+                            via="compile" if args.compile else "auto", transfer=args.transfer, retime=args.retime,
+                            tuner_options=options, shipped=shipped_flag(args))
+    finally:
+        if remote is not None:
+            remote.close()
     print(result.summary())
     return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     _check_logs(args.logs)
+    cross_compiler(parse_target(args.target))  # a cross target's linker, before the build
     model = build_model(_model(args), logs=args.logs, target=args.target, shipped=shipped_flag(args))
     print(model.report.summary())
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
