@@ -65,12 +65,12 @@ def emulated(tmp_path_factory):
         stop(tracker)
 
 
-@pytest.mark.parametrize("op,shape", [("matmul", "M=16,N=32,K=24"),
-                                      ("conv2d", "N=1,C=8,H=10,W=10,K=16,R=3,S=3,padding=1")])
-def test_tuning_for_aarch64_measures_on_the_emulated_device(emulated, tmp_path, capsys, op, shape):
+@pytest.mark.parametrize("op,shape,tuner", [("matmul", "M=16,N=32,K=24", "random"),
+                                            ("conv2d", "N=1,C=8,H=10,W=10,K=16,R=3,S=3,padding=1", "xgb")])
+def test_tuning_for_aarch64_measures_on_the_emulated_device(emulated, tmp_path, capsys, op, shape, tuner):
     tracker, _ = emulated
     log = tmp_path / "arm.jsonl"
-    assert main(["tune", op, "--shape", shape, "--target", "aarch64", "--trials", "3", "--tuner", "random",
+    assert main(["tune", op, "--shape", shape, "--target", "aarch64", "--trials", "3", "--tuner", tuner,
                  "--rpc-key", KEY, "--rpc-tracker", tracker, "--rpc-session-timeout", SESSION_S,
                  "--repeat", "1", "--min-repeat-ms", "0", "--retime", "0", "--log", str(log)]) == 0, \
         capsys.readouterr().err
