@@ -278,6 +278,35 @@ def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
         np.testing.assert_allclose(np.load(tmp_path / f"y{m}.npy"), ref, rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
 
 
+def test_rows_of_two_symbolic_sizes_keep_their_epilogue_apart():
+    """A linear layer over a batch times a length (flattened): its rows are no one size to bind to a uKernel's
+    height, so its bias and ReLU run after it (no failed fusion, no warning), equal to PyTorch."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    from autotune.model.build import build_model
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x.reshape(-1, 16)))
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    b, t = torch.export.Dim("b", min=1, max=4), torch.export.Dim("t", min=1, max=8)
+    program = torch.export.export(model, (torch.randn(2, 3, 16),), dynamic_shapes={"x": {0: b, 1: t}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        built = build_model(program, shipped=False)
+    assert "write-back" not in built.report.summary()
+    for shape in ((1, 1), (3, 7), (4, 8)):
+        x = torch.randn(*shape, 16)
+        with torch.no_grad():
+            np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
 def test_tune_model_tunes_the_dynamic_sites_then_builds_from_them(tmp_path):
     """extract / tune-model on a program with a dynamic batch: each dynamic matmul's uKernels are tasks, weighted
     by their pieces per inference; the budget tunes them and the build uses them for every site."""

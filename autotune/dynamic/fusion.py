@@ -7,7 +7,9 @@ dispatcher, so before it each such group becomes a dispatcher of its own (`fuse_
 the group at the uKernel's height (the rows' symbolic size bound to it) calling the uKernel instead of the
 dispatcher, fused by FuseTIR and scheduled by `schedule_fused`, as a static build's group is; then
 `dispatch_func` over those. An operand of the epilogue whose leading size is the rows' is cut by rows with the
-input; any other (a bias) is passed whole to every uKernel.
+input; any other (a bias) is passed whole to every uKernel. Only a dispatcher whose rows are one symbolic size
+takes part (`model.rewrite_sites`): rows of a product of sizes (a batch times a length, flattened) have no
+height to bind.
 """
 
 from __future__ import annotations
@@ -20,15 +22,14 @@ from .dispatch import DynamicKernel
 
 
 class NotFusable(Exception):
-    """A group this module cannot make into one dispatcher (the build then goes unfused)."""
+    """A group this module cannot make into one dispatcher (the model is then built without fusing any)."""
 
 
 def fuse_dispatch_groups(kernels: Mapping[str, DynamicKernel], schedule_rest: Callable,
-                         vectorize: Callable | None, fused: dict[str, list[list[str] | str]]) -> Any:
+                         vectorize: Callable | None, fused: dict[str, list[list[str]]]) -> Any:
     """A module pass (between FuseOps and FuseTIR): each fused group that calls a dispatcher of `kernels` (by its
-    function's name) made into one dispatcher of uKernels fused with the group's epilogue, or where it cannot be
-    (`NotFusable`), inlined back into its caller, its functions called one by one. `fused` gets, per dispatcher,
-    each group's epilogue (its functions' names), or why it was not fused."""
+    function's name) made into one dispatcher of uKernels fused with the group's epilogue (`NotFusable` where one
+    cannot be). `fused` gets, per dispatcher, each group's epilogue (its functions' names)."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -36,22 +37,15 @@ def fuse_dispatch_groups(kernels: Mapping[str, DynamicKernel], schedule_rest: Ca
     @tvm.transform.module_pass(opt_level=0, name="FuseDispatchGroups")
     def fuse(mod: Any, _ctx: Any) -> Any:
         groups: dict[Any, tuple[FusedGroup, str]] = {}  # group GlobalVar -> (it fused, its name)
-        apart: dict[Any, Any] = {}  # group GlobalVar -> the group, to inline
         for gv, func in list(mod.functions_items()):
             if isinstance(func, relax.Function) and int((func.attrs or {}).get("Primitive", 0) or 0):
                 call = _dispatch_call(func, kernels)
-                if call is None:
-                    continue
-                dispatcher = call.args[0].name_hint
-                try:
+                if call is not None:
+                    dispatcher = call.args[0].name_hint
                     group = FusedGroup(mod, func, call, kernels[dispatcher], schedule_rest, vectorize)
-                except NotFusable as why:
-                    apart[gv] = func
-                    fused.setdefault(dispatcher, []).append(str(why))
-                    continue
-                groups[gv] = (group, "_".join([dispatcher, *group.epilogue]))
-                fused.setdefault(dispatcher, []).append(group.epilogue)
-        if not groups and not apart:
+                    groups[gv] = (group, "_".join([dispatcher, *group.epilogue]))
+                    fused.setdefault(dispatcher, []).append(group.epilogue)
+        if not groups:
             return mod
         builder = relax.BlockBuilder(mod)
         made = {gv: builder.add_func(group.func.without_attr("global_symbol"), name)
@@ -67,12 +61,10 @@ def fuse_dispatch_groups(kernels: Mapping[str, DynamicKernel], schedule_rest: Ca
 
         calls = _Calls(builder.get())
         for gv, func in builder.get().functions_items():
-            if isinstance(func, relax.Function) and gv not in groups and gv not in apart:
-                func = calls.visit_expr(func)
-                calls.builder_.update_func(gv, func.inline_functions(apart) if apart else func)
+            if isinstance(func, relax.Function) and gv not in groups:
+                calls.builder_.update_func(gv, calls.visit_expr(func))
         out = calls.builder_.get()
-        return tvm.IRModule({g: f for g, f in out.functions_items() if g not in groups and g not in apart},
-                            attrs=out.attrs)
+        return tvm.IRModule({g: f for g, f in out.functions_items() if g not in groups}, attrs=out.attrs)
 
     return fuse
 
@@ -82,11 +74,8 @@ def _bindings(func: Any) -> list[Any]:
 
 
 def _dispatch_call(func: Any, kernels: Mapping[str, DynamicKernel]) -> Any | None:
-    """The group's call_tir of a dispatcher of `kernels`, None where it has none (more than one: an error)."""
-    calls = [b.value for b in _bindings(func) if _callee(b.value) in kernels]
-    if len(calls) > 1:
-        raise NotFusable(f"a fused group calls {len(calls)} dynamic kernels")
-    return calls[0] if calls else None
+    """The group's call_tir of a dispatcher of `kernels` (FuseOps puts one kernel in a group at most), or None."""
+    return next((b.value for b in _bindings(func) if _callee(b.value) in kernels), None)
 
 
 def _callee(value: Any) -> str | None:

@@ -44,19 +44,15 @@ class DynamicSite:
 
     spec: DynamicSpec
     source: str
-    # per call that FuseOps grouped with an epilogue: the epilogue's functions, fused, or why it was not
-    fused: list[list[str] | str] = field(default_factory=list)
+    fused: list[list[str]] = field(default_factory=list)  # per call fused with its epilogue: the epilogue's functions
 
     @property
     def tuned(self) -> bool:
         return self.source == "logs"
 
     def line(self) -> str:
-        ops = ", ".join(dict.fromkeys(re.sub(r"\d+$", "", op) for ops in self.fused if isinstance(ops, list)
-                                      for op in ops))
-        apart = "; ".join(dict.fromkeys(why for why in self.fused if isinstance(why, str)))
-        return self._line() + (f" (the epilogue in their write-back: {ops})" if ops else "") + \
-            (f" (an epilogue not fused: {apart})" if apart else "")
+        ops = ", ".join(dict.fromkeys(re.sub(r"\d+$", "", op) for ops in self.fused for op in ops))
+        return self._line() + (f" (the epilogue in their write-back: {ops})" if ops else "")
 
     def _line(self) -> str:
         if self.tuned:
@@ -135,27 +131,30 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase, shipped: bool
     uKernels, else on the shipped knowledge's configs (`shipped`) or heuristic ones. Returns the module, the
     sites and the dispatchers by function name; where `fuse`, each dispatcher has a tuned kernel's pattern, so that
     FuseOps groups it with its epilogue (`fusion.fuse_dispatch_groups`)."""
-    from tvm import relax
+    from tvm import relax, tirx
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     from ..model.epilogue import OUT_EWISE_FUSABLE
 
     specs = dynamic_specs(mod, target)
     sites: list[DynamicSite] = []
-    kernels: dict[tuple, tuple[Any, DynamicKernel]] = {}  # site key -> (GlobalVar, kernel)
+    kernels: dict[tuple, DynamicKernel] = {}  # site key -> its kernel
+    gvars: dict[tuple, Any] = {}  # (site key, fusable) -> the GlobalVar of its dispatcher
 
-    def kernel_of(key: tuple, builder: Any) -> tuple[Any, DynamicKernel]:
-        """The compiled cover's GlobalVar in the module and its kernel."""
+    def kernel_of(key: tuple, builder: Any, fusable: bool) -> tuple[Any, DynamicKernel]:
+        """The compiled cover's GlobalVar in the module (`fusable`: one FuseOps may group with its epilogue) and
+        its kernel."""
         if key not in kernels:
             spec = specs[key][0]
             ukernels, source = model_ukernels(spec, records, shipped)
             sites.append(DynamicSite(spec, source))
-            kernel = DynamicKernel(spec, ukernels)
+            kernels[key] = DynamicKernel(spec, ukernels)
+        if (key, fusable) not in gvars:
+            spec, func = kernels[key].spec, kernels[key].func.without_attr("global_symbol")
             name = "dynamic_" + "_".join([spec.op, *(f"{k}{v}" for k, v in spec.fixed)])
-            func = kernel.func.without_attr("global_symbol")
-            kernels[key] = builder.add_func(func.with_attr("op_pattern", OUT_EWISE_FUSABLE) if fuse else func,
-                                            name), kernel
-        return kernels[key]
+            gvars[key, fusable] = builder.add_func(func.with_attr("op_pattern", OUT_EWISE_FUSABLE) if fusable
+                                                   else func, name)
+        return gvars[key, fusable], kernels[key]
 
     @mutator
     class _Rewriter(PyExprMutator):
@@ -164,7 +163,8 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase, shipped: bool
             site = match_site(call)
             if site is None:
                 return call
-            gv, kernel = kernel_of(site.key, self.builder_)
+            # fused with its epilogue where its rows are one symbolic size (`fusion`: bound to each height)
+            gv, kernel = kernel_of(site.key, self.builder_, fuse and isinstance(site.rows, tirx.Var))
             weight = site.weight_array()
             fixed = [relax.const(u.fixed_operand(i, weight)) for u, f in zip(kernel.ukernels, kernel.params.fixed)
                      for i, _ in f]
@@ -182,7 +182,7 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase, shipped: bool
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    by_name = {gv.name_hint: kernel for gv, kernel in kernels.values()}
+    by_name = {gv.name_hint: kernels[key] for (key, _), gv in gvars.items()}
     return rewriter.builder_.get(), sites, by_name
 
 
@@ -204,7 +204,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     def lowered(fuse: bool) -> tuple[Any, list[DynamicSite], dict[str, int], Any]:
         mod, sites, dispatchers = rewrite_sites(import_dynamic(program, name), tgt, recs, shipped, fuse)
         mod, symbolic = rewrite_symbolic_ops(mod, vector_unit(tgt)[0])
-        epilogues: dict[str, list[list[str] | str]] = {}  # dispatcher -> each call's epilogue, or why not fused
+        epilogues: dict[str, list[list[str]]] = {}  # dispatcher -> the epilogue of each call fused into it
         regroup = (lambda rest, vectorize: fuse_dispatch_groups(dispatchers, rest, vectorize, epilogues)) \
             if fuse else None
         # its calls of a static shape on their tasks' kernels, the rest legalized, fused and on the default schedules
