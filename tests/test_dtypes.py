@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import UNHURRIED
 
 from autotune.errors import AutotuneError
 from autotune.operators import check_output, element_type, random_inputs, reference_output
@@ -138,7 +139,7 @@ def test_int8_dense_tunes_end_to_end(tmp_path) -> None:
     from autotune.tune import tune
 
     task = make_task("dense", "batch=8,in_features=64,out_features=32", "int8")
-    result = tune(task, trials=4, log=tmp_path / "int8.jsonl", retime=0)
+    result = tune(task, trials=4, log=tmp_path / "int8.jsonl", retime=0, runner_options=UNHURRIED)
     records = load_records(tmp_path / "int8.jsonl")
     assert len(records) == 4 and all(r.task == task for r in records)
     assert result.best is not None and result.best.result.ok  # every kernel was checked against the reference

@@ -307,6 +307,7 @@ def test_rows_of_two_symbolic_sizes_keep_their_epilogue_apart():
         with torch.no_grad():
             np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-5, atol=1e-5)
 
+@pytest.mark.slow  # tune-model and builds: 13 s; the default tier tunes a dynamic program in the test below
 def test_tune_model_tunes_the_dynamic_sites_then_builds_from_them(tmp_path):
     """extract / tune-model on a program with a dynamic batch: each dynamic matmul's uKernels are tasks, weighted
     by their pieces per inference; the budget tunes them and the build uses them for every site."""
@@ -340,7 +341,6 @@ def test_tune_model_tunes_the_dynamic_sites_then_builds_from_them(tmp_path):
             np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
 
 
-@pytest.mark.slow  # a tune-model run and a build: 10 s; the default tier builds dynamic programs in the tests above
 def test_a_dynamic_programs_calls_of_a_static_shape_are_tasks_too(tmp_path):
     """A program with a dynamic and a static input (a decode step's cache and token): the linear layer on the
     static one is an ordinary task, tuned with the uKernels and built on its record as a static build does."""

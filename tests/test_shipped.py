@@ -167,6 +167,7 @@ def test_the_nearest_task_weighs_a_convolutions_window_above_its_size() -> None:
     assert shape_distance(task, same_window) < shape_distance(task, same_size)
 
 
+@pytest.mark.slow  # builds and measures a contest: 7 s; the default tier applies shipped configs in the tests above
 def test_a_build_measures_a_nearest_tasks_shipped_config_and_keeps_the_faster(shipped_dense, monkeypatch) -> None:
     import torch
 
