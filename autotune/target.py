@@ -208,6 +208,13 @@ def is_cross(target: dict[str, Any]) -> bool:
     return target.get("kind") == "llvm" and target_arch(target) != host_arch()
 
 
+def check_runs_here(target: dict[str, Any], name: str) -> None:
+    """Raise, saying where it runs instead, when `name` (a built model) was built for another architecture."""
+    if is_cross(target):
+        raise AutotuneError(f"{name} was built for {target_arch(target)}, not this {host_arch()} machine "
+                            "(export_library it and run it there, or over RPC)")
+
+
 def cross_compiler(target: dict[str, Any]) -> str | None:
     """The C++ compiler that links a cross target's kernels ($AUTOTUNE_CROSS_CC, else `<mtriple>-g++` on PATH);
     None for a target of this machine. An AutotuneError says what to install where there is none."""

@@ -27,8 +27,8 @@ from ..records import Record
 from ..model.library import ThreadVMs, numpy_outputs
 from ..operators import get_op
 from ..thread_pool import load_executable
-from ..target import (export_library, host_arch, is_cross, kernel_threads, parse_target, target_arch,
-                      to_tvm_target, use_target_threads, vector_unit)
+from ..target import (check_runs_here, export_library, kernel_threads, parse_target, to_tvm_target,
+                      use_target_threads, vector_unit)
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
 from .fusion import fuse_dispatch_groups
@@ -110,9 +110,7 @@ class DynamicBuiltModel:
         if self._vms is None:
             import tvm
 
-            if is_cross(self.target):
-                raise AutotuneError(f"{self.name} was built for {target_arch(self.target)}, not this {host_arch()} "
-                                    "machine (export_library it and run it there, or over RPC)")
+            check_runs_here(self.target, self.name)
             self._vms = ThreadVMs(load_executable(self.executable, self.threads), tvm.cpu())
         return self._vms
 

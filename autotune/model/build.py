@@ -24,8 +24,8 @@ from ..gpu_limits import check_config
 from ..records import Record
 from ..shipped import Knowledge, ShippedConfig, shipped_enabled
 from ..space import Config
-from ..target import (export_library, host_arch, is_cross, kernel_threads, target_arch, to_tvm_target,
-                      use_target_threads, vector_unit)
+from ..target import (check_runs_here, export_library, kernel_threads, to_tvm_target, use_target_threads,
+                      vector_unit)
 from ..task import Task
 from ..templates import default_template, resolve, space_of
 from ..thread_pool import load_executable
@@ -115,9 +115,7 @@ class BuiltModel:
     def tvm_device(self) -> Any:
         import tvm
 
-        if is_cross(self.target):
-            raise AutotuneError(f"{self.name} was built for {target_arch(self.target)}, not this {host_arch()} machine "
-                                "(export_library it and run it there, or over RPC)")
+        check_runs_here(self.target, self.name)
         dev = tvm.device(self.device)
         if not dev.exist:
             raise AutotuneError(f"{self.name} was built for {self.device} and this machine has no {self.device} "
