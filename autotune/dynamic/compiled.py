@@ -12,13 +12,19 @@ valid rows copied in, zeros after them; the valid rows copied out). So the modul
 The plan table holds the planner's plan of every size up to `TABLE_ROWS` (row m: how many whole pieces of
 each uKernel, the tail's uKernel, the tail's rows). A larger m first takes as many pieces of the tallest
 uKernel as bring it within the table, then the table's plan of the rest (`plan_of`, the same rule in Python).
+
+On a GPU (`gpu=True`) the host reads no table: device memory is not the host's. The table is cut to its
+shortest prefix after which every plan repeats the one a tallest piece before it (`periodic_rows`), and each
+column becomes a search tree of comparisons compiled into the host code (`lookup`). Every uKernel's whole
+pieces are one launch of its kernel, the piece number its blockIdx.z; the tail is a launch of its own, and
+the scratch copies are kernels too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -65,6 +71,33 @@ def _tir_extra(over: Any, tallest: int) -> Any:
     return tirx.Max(tirx.floordiv(over + (tallest - 1), tallest), tirx.IntImm("int64", 0))
 
 
+def periodic_rows(table: np.ndarray, heights: Sequence[int]) -> int:
+    """The fewest rows of `table` from which on `plan_of` gives the same covers: from that row on, each row is
+    the one a tallest uKernel's height before it with one more piece of the tallest."""
+    tallest = int(np.argmax(heights))
+    h = heights[tallest]
+    step = np.zeros(table.shape[1], table.dtype)
+    step[tallest] = 1
+    rows = table.shape[0]
+    while rows - 1 >= h and np.array_equal(table[rows - 1], table[rows - 1 - h] + step):
+        rows -= 1
+    return max(rows, h)
+
+
+def lookup(column: np.ndarray, index: Any) -> Any:
+    """column[index] as a TIR expression, for code that cannot read a table: the first value plus, at each
+    row where the value changes, the change times (index >= that row). A sum and not a tree of selects: TVM's
+    simplifier substitutes the expression wherever its variable is used, and a tree of selects, simplified under
+    each branch's condition, took it minutes."""
+    from tvm import tirx
+
+    value: Any = tirx.IntImm("int64", int(column[0]))
+    for row in np.flatnonzero(np.diff(column)) + 1:
+        step = int(column[row]) - int(column[row - 1])
+        value = value + tirx.Cast("int64", index >= int(row)) * step
+    return value
+
+
 def plan_of(table: np.ndarray, heights: Sequence[int], m: int) -> Cover:
     """The cover of size m the compiled function uses (the table's, with the tallest uKernel repeated above it)."""
     tallest = int(np.argmax(heights))
@@ -87,13 +120,54 @@ class DispatchParams:
     output: Any
 
     def all(self) -> list[Any]:
-        return [*self.sliced, *(b for f in self.fixed for _, b in f), self.table, self.output]
+        table = [] if self.table is None else [self.table]
+        return [*self.sliced, *(b for f in self.fixed for _, b in f), *table, self.output]
 
 
-def dispatch_func(sliced: Sequence[bool], ukernels: Sequence[tuple[int, Any]], table_rows: int,
-                  name: str = "dispatch") -> tuple[Any, DispatchParams]:
+class CoverVars(NamedTuple):
+    """The cover of size m as TIR variables, bound by `stmts`: whole pieces per uKernel, the tail's uKernel and
+    rows."""
+
+    stmts: list[Any]
+    counts: list[Any]
+    tail_kernel: Any
+    tail_rows: Any
+
+
+def cover_of(table: np.ndarray, heights: Sequence[int], m: Any, plan: Any = None) -> CoverVars:
+    """`plan_of(table, heights, m)` computed in TIR: read from `plan` (the table as a buffer parameter), or, where
+    `plan` is None, from the table compiled into the code (`lookup`), the tail's rows then what the whole pieces
+    leave (a column of a different value in every row would be as large as the table)."""
+    from tvm import tirx
+
+    n = len(heights)
+    tallest = int(np.argmax(heights))
+    extra, rest = tirx.Var("extra", "int64"), tirx.Var("rest", "int64")  # rest: the size the table covers
+
+    def entry(col: int) -> Any:
+        return lookup(table[:, col], rest) if plan is None else tirx.Cast("int64", plan[rest, col])
+
+    stmts: list[Any] = [tirx.Bind(extra, _extra_tallest(table.shape[0], heights[tallest], m)),
+                        tirx.Bind(rest, m - extra * heights[tallest])]
+    counts = []
+    for k in range(n):
+        c = tirx.Var(f"count{k}", "int64")
+        stmts.append(tirx.Bind(c, entry(k) + (extra if k == tallest else 0)))
+        counts.append(c)
+    whole = sum((counts[k] * heights[k] for k in range(n)), tirx.IntImm("int64", 0))
+    tail_kernel, tail_rows = tirx.Var("tail_kernel", "int64"), tirx.Var("tail_rows", "int64")
+    stmts += [tirx.Bind(tail_kernel, entry(n)), tirx.Bind(tail_rows, m - whole if plan is None else entry(n + 1))]
+    return CoverVars(stmts, counts, tail_kernel, tail_rows)
+
+
+def dispatch_func(sliced: Sequence[bool], ukernels: Sequence[tuple[int, Any]], table: np.ndarray,
+                  name: str = "dispatch", gpu: bool = False,
+                  as_given: Sequence[Sequence[int]] | None = None) -> tuple[Any, DispatchParams]:
     """One PrimFunc computing any size with the uKernels (height, scheduled PrimFunc whose parameters are the
-    inputs then the output): `sliced[i]` says whether input i is cut along axis 0 with the output."""
+    inputs then the output): `sliced[i]` says whether input i is cut along axis 0 with the output. `table` is
+    `plan_table`'s: a parameter of the function on the CPU, compiled into its host code on a GPU (`gpu`; then
+    `DispatchParams.table` is None). `as_given[k]` lists the fixed inputs uKernel k takes as they are (not relaid):
+    all uKernels that take one so share one parameter (the first's in `DispatchParams.fixed`)."""
     import tvm
     from tvm import tirx
     from tvm.s_tir import renew_defs
@@ -112,48 +186,90 @@ def dispatch_func(sliced: Sequence[bool], ukernels: Sequence[tuple[int, Any]], t
     outer_in = [tirx.decl_buffer([m, *row_shape(first.params[i])], first.params[i].dtype, f"in{i}")
                 for i in range(n_in) if sliced[i]]
     outer_out = tirx.decl_buffer([m, *row_shape(first.params[-1])], first.params[-1].dtype, "out")
-    table = tirx.decl_buffer((table_rows, len(funcs) + 2), "int32", "plan")
-    fixed = tuple(tuple((i, f.params[i]) for i in range(n_in) if not sliced[i]) for _, f in funcs)
-    params = DispatchParams(tuple(outer_in), fixed, table, outer_out)
-
     heights = [h for h, _ in funcs]
-    tallest = int(np.argmax(heights))
-    extra = tirx.Var("extra", "int64")
-    rest = tirx.Var("rest", "int64")  # the size the table covers
-    stmts: list[Any] = [tirx.Bind(extra, _extra_tallest(table_rows, heights[tallest], m)),
-                        tirx.Bind(rest, m - extra * heights[tallest])]
-    counts = []
-    for k in range(len(funcs)):
-        c = tirx.Var(f"count{k}", "int64")
-        value = i64(table[rest, k]) + (extra if k == tallest else 0)
-        stmts.append(tirx.Bind(c, value))
-        counts.append(c)
-    tail_kernel, tail_rows = tirx.Var("tail_kernel", "int64"), tirx.Var("tail_rows", "int64")
-    stmts += [tirx.Bind(tail_kernel, i64(table[rest, len(funcs)])),
-              tirx.Bind(tail_rows, i64(table[rest, len(funcs) + 1]))]
+    rows = periodic_rows(table, heights) if gpu else table.shape[0]
+    plan = None if gpu else tirx.decl_buffer((rows, len(funcs) + 2), "int32", "plan")
+    fixed, aliases = _fixed_params([f for _, f in funcs], sliced, as_given)
+    params = DispatchParams(tuple(outer_in), fixed, plan, outer_out)
+
+    stmts, counts, tail_kernel, tail_rows = cover_of(table[:rows], heights, m, plan)
+    stmts = [*aliases, *stmts]
     whole = sum((counts[k] * heights[k] for k in range(len(funcs))), i64(0))
 
     outer = [*outer_in, outer_out]
     for k, (h, f) in enumerate(funcs):
         # whole pieces: the uKernel's buffers declared on the rows they compute
         start = sum((counts[j] * heights[j] for j in range(k)), i64(0))
-        p = tirx.Var(f"piece{k}", "int64")
-        stmts.append(tirx.For(p, i64(0), counts[k], tirx.ForKind.SERIAL,
-                              _on_rows(f, sliced, outer, start + p * h)))
+        stmts.append(_pieces(f, sliced, outer, start, h, counts[k], gpu))
         # the tail, where m >= h: the uKernel on the last h rows (rows before the tail computed again, alike)
         overlap = _on_rows(renew_defs(f), sliced, outer, m - h, original=f)
         # where m < h: on its own buffers, allocated; the valid rows copied in (zeros after them) and out
         g = renew_defs(f)
         rows_in = [g.params[i] for i in range(n_in) if sliced[i]]
         scratch = [tirx.AllocBuffer(b) for b in [*rows_in, g.params[-1]]] + _fixed_as(g, f, sliced)
-        scratch += [_copy_rows(o, b, whole, tail_rows, into_scratch=True) for o, b in zip(outer_in, rows_in)]
-        scratch += [g.body, _copy_rows(outer_out, g.params[-1], whole, tail_rows, into_scratch=False)]
-        tail = tirx.IfThenElse(m >= h, overlap, tirx.SeqStmt(scratch))
-        stmts.append(tirx.IfThenElse(tirx.And(tail_rows > 0, tail_kernel == k), tail, None))
+        scratch += [_copy_rows(o, b, whole, tail_rows, True, gpu) for o, b in zip(outer_in, rows_in)]
+        scratch += [g.body, _copy_rows(outer_out, g.params[-1], whole, tail_rows, False, gpu)]
+        is_tail = tirx.And(tail_rows > 0, tail_kernel == k)
+        stmts += [_when(tirx.And(is_tail, m >= h), overlap, gpu),
+                  _when(tirx.And(is_tail, m < h), tirx.SeqStmt(scratch), gpu)]
     attrs = {**dict(first.attrs or {}), "global_symbol": name, "tirx.is_scheduled": True}
     func = tirx.PrimFunc(params.all(), tirx.SeqStmt(stmts))
     func = func.with_attrs(tvm.ir.make_node("ir.DictAttrs", **attrs))
     return func, params
+
+
+def _fixed_params(funcs: Sequence[Any], sliced: Sequence[bool],
+                  as_given: Sequence[Sequence[int]] | None) -> tuple[tuple[tuple[tuple[int, Any], ...], ...], list]:
+    """(per uKernel its fixed operands that are parameters, the declarations of the others on the parameter they
+    share): a fixed input uKernels take as given is one parameter, the first of them's."""
+    from tvm import tirx
+
+    owners: dict[int, Any] = {}
+    fixed, aliases = [], []
+    for k, f in enumerate(funcs):
+        own = []
+        for i in (i for i, s in enumerate(sliced) if not s):
+            buf = f.params[i]
+            owner = owners.get(i) if as_given is not None and i in as_given[k] else None
+            if owner is not None and list(owner.shape) == list(buf.shape) and owner.dtype == buf.dtype:
+                aliases.append(tirx.DeclBuffer(buf, data=tirx.buffer_data(owner)))
+                continue
+            if as_given is not None and i in as_given[k]:
+                owners.setdefault(i, buf)
+            own.append((i, buf))
+        fixed.append(tuple(own))
+    return tuple(fixed), aliases
+
+
+def _pieces(func: Any, sliced: Sequence[bool], outer: Sequence[Any], start: Any, height: int, count: Any,
+            gpu: bool) -> Any:
+    """`count` whole pieces of a uKernel from row `start` on: a loop on the CPU, one launch on a GPU (the piece
+    number blockIdx.z, which the GEMM templates leave free)."""
+    import tvm
+    from tvm import tirx
+
+    if not gpu:
+        p = tirx.Var("piece", "int64")
+        return tirx.For(p, tirx.IntImm("int64", 0), count, tirx.ForKind.SERIAL,
+                        _on_rows(func, sliced, outer, start + p * height))
+    p = tirx.Var("piece", "int32")
+    extent = tirx.Cast("int32", count)
+    body = _on_rows(func, sliced, outer, start + tirx.Cast("int64", p) * height)
+    axis = tirx.IterVar(tvm.ir.Range.from_min_extent(0, extent), p, tirx.IterVar.ThreadIndex, "blockIdx.z")
+    loop = tirx.For(p, tirx.IntImm("int32", 0), extent, tirx.ForKind.THREAD_BINDING, body, thread_binding=axis)
+    return _when(count > 0, loop, gpu)
+
+
+def _when(condition: Any, stmt: Any, gpu: bool) -> Any:
+    """`stmt` where `condition` holds. On a GPU a loop run once or not at all: TVM's ThreadSync refuses a kernel
+    that synchronises its threads under a condition, even one its threads all agree on."""
+    from tvm import tirx
+
+    if not gpu:
+        return tirx.IfThenElse(condition, stmt, None)
+    once = tirx.Var("once", "int64")
+    extent = tirx.Select(condition, tirx.IntImm("int64", 1), tirx.IntImm("int64", 0))
+    return tirx.For(once, tirx.IntImm("int64", 0), extent, tirx.ForKind.SERIAL, stmt)
 
 
 def _on_rows(func: Any, sliced: Sequence[bool], outer: Sequence[Any], row0: Any, original: Any = None) -> Any:
@@ -178,20 +294,51 @@ def _fixed_as(func: Any, original: Any, sliced: Sequence[bool]) -> list[Any]:
             for i, s in enumerate(sliced) if not s]
 
 
-def _copy_rows(outer: Any, scratch: Any, row0: Any, rows: Any, into_scratch: bool) -> Any:
+def _copy_rows(outer: Any, scratch: Any, row0: Any, rows: Any, into_scratch: bool, gpu: bool = False) -> Any:
     """Rows [row0, row0 + rows) of `outer` into the scratch's first rows (zeros after them), or back out: loops
     over every axis of both, so that the scratch is only ever accessed as itself (no alias for the storage
-    planner to miss)."""
+    planner to miss). On a GPU, one kernel: an element per thread."""
     from tvm import tirx
 
     zero = tirx.IntImm("int64", 0)
+    inner_shape = [int(d) for d in scratch.shape[1:]]
+    extent = tirx.IntImm("int64", int(scratch.shape[0])) if into_scratch else rows
+
+    def copy(r: Any, inner: Sequence[Any]) -> Any:
+        if into_scratch:
+            value = tirx.if_then_else(r < rows, outer[(row0 + r, *inner)], tirx.const(0, scratch.dtype))
+            return tirx.BufferStore(scratch, value, [r, *inner])
+        return tirx.BufferStore(outer, scratch[(r, *inner)], [row0 + r, *inner])
+
+    if gpu:
+        return _elementwise_kernel(extent, inner_shape, copy)
     r = tirx.Var("r", "int64")
     inner = [tirx.Var(f"i{d}", "int64") for d in range(1, len(scratch.shape))]
-    if into_scratch:
-        value = tirx.if_then_else(r < rows, outer[(row0 + r, *inner)], tirx.const(0, scratch.dtype))
-        body, extent = tirx.BufferStore(scratch, value, [r, *inner]), tirx.IntImm("int64", int(scratch.shape[0]))
-    else:
-        body, extent = tirx.BufferStore(outer, scratch[(r, *inner)], [row0 + r, *inner]), rows
-    for var, size in reversed(list(zip(inner, scratch.shape[1:]))):
-        body = tirx.For(var, zero, tirx.IntImm("int64", int(size)), tirx.ForKind.SERIAL, body)
+    body = copy(r, inner)
+    for var, size in reversed(list(zip(inner, inner_shape))):
+        body = tirx.For(var, zero, tirx.IntImm("int64", size), tirx.ForKind.SERIAL, body)
     return tirx.For(r, zero, extent, tirx.ForKind.SERIAL, body)
+
+
+GPU_THREADS = 256  # threads per block of the scratch copies
+
+
+def _elementwise_kernel(rows: Any, inner_shape: Sequence[int], body: Any) -> Any:
+    """`body(r, inner indices)` for every r < rows and every index of `inner_shape`, one per GPU thread."""
+    import tvm
+    from tvm import tirx
+
+    width = int(np.prod(inner_shape)) if inner_shape else 1
+    total = rows * width
+    bx, tx = tirx.Var("bx", "int32"), tirx.Var("tx", "int32")
+    flat = tirx.Cast("int64", bx) * GPU_THREADS + tirx.Cast("int64", tx)
+    inner, rest = [], flat
+    for size in reversed(inner_shape):
+        inner.insert(0, tirx.floormod(rest, size))
+        rest = tirx.floordiv(rest, size)
+    stmt = tirx.IfThenElse(flat < total, body(rest, inner), None)
+    blocks = tirx.Cast("int32", tirx.floordiv(total + (GPU_THREADS - 1), GPU_THREADS))
+    for var, extent, tag in ((tx, tirx.IntImm("int32", GPU_THREADS), "threadIdx.x"), (bx, blocks, "blockIdx.x")):
+        axis = tirx.IterVar(tvm.ir.Range.from_min_extent(0, extent), var, tirx.IterVar.ThreadIndex, tag)
+        stmt = tirx.For(var, tirx.IntImm("int32", 0), extent, tirx.ForKind.THREAD_BINDING, stmt, thread_binding=axis)
+    return stmt

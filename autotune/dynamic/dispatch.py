@@ -54,6 +54,16 @@ def _ptr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
+def _on_device(arrays: Sequence[np.ndarray], spec: DynamicSpec) -> list[Any]:
+    """Copies of the arrays on the first CUDA device (a one-line error where there is none)."""
+    import tvm
+
+    from ..model.library import runtime_device
+
+    dev = runtime_device("cuda", spec.target, f"the dynamic kernel {spec}")
+    return [tvm.runtime.tensor(a, dev) for a in arrays]
+
+
 @dataclass
 class UKernel:
     """One uKernel: the static task at `height` rows, its scheduled PrimFunc and measured time."""
@@ -91,8 +101,13 @@ class DynamicKernel:
         self.planner = Planner([u.height for u in self.ukernels],
                                [u.mean_s + CALL_OVERHEAD_S for u in self.ukernels], pad_cost_fn(cost.row_bytes))
         self.table = as_aligned(plan_table(self.planner, spec.hi), "int32")
+        self.gpu = spec.target["kind"] == "cuda"  # the plan in the host code, the pieces kernel launches
+        # on a GPU the uKernels that take a weight as it is share it (no copy per uKernel); the CPU's fused
+        # dispatchers (`fusion`) expect one per uKernel
+        as_given = [[i for i, s in enumerate(self.sliced) if not s and all(r.arg != i for r in u.relayouts)]
+                    for u in self.ukernels] if self.gpu else None
         self.func, self.params = dispatch_func(self.sliced, [(u.height, u.func) for u in self.ukernels],
-                                               self.table.shape[0], name="main")
+                                               self.table, name="main", gpu=self.gpu, as_given=as_given)
         self._executable: Any = None
 
     @property
@@ -134,7 +149,8 @@ class DynamicKernel:
         inputs = [as_aligned(a, t) for a, t in zip(arrays[:-1], self._types)]
         sliced = [a for a, s in zip(inputs, self.sliced) if s]
         fixed = [u.fixed_operand(i, inputs[i]) for u, f in zip(self.ukernels, self.params.fixed) for i, _ in f]
-        return [*sliced, *(as_aligned(a, a.dtype) for a in fixed), self.table, arrays[-1]]
+        table = [] if self.params.table is None else [self.table]
+        return [*sliced, *(as_aligned(a, a.dtype) for a in fixed), *table, arrays[-1]]
 
     def run(self, *arrays: np.ndarray) -> None:
         """Compute into the last array (inputs..., output: C-contiguous numpy arrays of the right dtype)."""
@@ -145,7 +161,13 @@ class DynamicKernel:
             return
         out = arrays[-1]
         target = out if _ptr(out) % ALIGN == 0 and out.flags.c_contiguous else aligned_empty(out.shape, out.dtype)
-        self.executable["main"](*self.args(*arrays[:-1], target))
+        args = self.args(*arrays[:-1], target)
+        if self.gpu:
+            on_device = _on_device(args, self.spec)
+            self.executable["main"](*on_device)
+            target[...] = on_device[-1].numpy()
+        else:
+            self.executable["main"](*args)
         if target is not out:
             out[...] = target
 
@@ -155,7 +177,11 @@ class DynamicKernel:
         out = aligned_empty(self.output_shape(np.asarray(inputs[0]).shape[0]), self._types[-1])
         args = self.args(*inputs, out)
         main = self.executable["main"]
-        return time_calls(lambda: main(*args), repeat, min_s)
+        if not self.gpu:
+            return time_calls(lambda: main(*args), repeat, min_s)
+        args = _on_device(args, self.spec)
+        device = args[-1].device
+        return time_calls(lambda: (main(*args), device.sync()), repeat, min_s)
     def describe(self, sizes: Sequence[int] = ()) -> str:
         """The uKernels, then the plan and predicted time of each size in `sizes`."""
         lines = [f"dynamic {self.spec}: {len(self.ukernels)} uKernels"]

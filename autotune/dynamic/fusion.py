@@ -117,7 +117,7 @@ class FusedGroup:
                 raise NotFusable("the uKernels of a fused group take their operands in different orders")
         self._layouts = layouts
         self._table = self._position[inputs[-1]] if isinstance(inputs[-1], relax.Var) else inputs[-1]
-        self.func, self.params = dispatch_func(self._sliced, fused, kernel.table.shape[0], name="main")
+        self.func, self.params = dispatch_func(self._sliced, fused, kernel.table, name="main")
 
     def arguments(self, args: list[Any]) -> list[Any]:
         """The dispatcher's arguments from the group's call's: the sliced ones, each uKernel's fixed ones, the

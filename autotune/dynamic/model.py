@@ -24,10 +24,10 @@ import numpy as np
 from ..database import TuningDatabase
 from ..errors import AutotuneError
 from ..records import Record
-from ..model.library import ThreadVMs, numpy_outputs
+from ..model.library import ThreadVMs, numpy_outputs, runtime_device
 from ..operators import get_op
 from ..thread_pool import load_executable
-from ..target import (check_runs_here, export_library, kernel_threads, parse_target, to_tvm_target,
+from ..target import (export_library, kernel_threads, parse_target, to_tvm_target,
                       use_target_threads, vector_unit)
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
@@ -98,20 +98,25 @@ class DynamicBuiltModel:
             lines += ["calls of a static shape: " + self.static.summary()]
         return "\n".join(lines)
 
+    @property
+    def device(self) -> str:
+        """Where it runs: "cpu" (llvm) or "cuda"."""
+        return "cuda" if self.target.get("kind") == "cuda" else "cpu"
+
     def tvm_args(self, *args: Any) -> list[Any]:
-        """Inputs (numpy arrays or torch tensors) copied to TVM tensors."""
+        """Inputs (numpy arrays or torch tensors) copied to TVM tensors on the model's device."""
         import tvm
 
-        return [tvm.runtime.tensor(as_aligned(a, None), tvm.cpu()) for a in args]
+        dev = runtime_device(self.device, self.target, self.name)
+        return [tvm.runtime.tensor(as_aligned(a, None), dev) for a in args]
 
     def vms(self) -> ThreadVMs:
-        """Its virtual machines, one per calling thread; its kernels' parallel loops run on the OpenMP pool, as a
-        static build's do (`thread_pool`)."""
+        """Its virtual machines, one per calling thread; on the CPU its kernels' parallel loops run on the OpenMP
+        pool, as a static build's do (`thread_pool`)."""
         if self._vms is None:
-            import tvm
-
-            check_runs_here(self.target, self.name)
-            self._vms = ThreadVMs(load_executable(self.executable, self.threads), tvm.cpu())
+            dev = runtime_device(self.device, self.target, self.name)
+            code = load_executable(self.executable, self.threads) if self.device == "cpu" else self.executable
+            self._vms = ThreadVMs(code, dev)
         return self._vms
 
     def run_tvm(self, tvm_args: Sequence[Any]) -> Any:
@@ -171,7 +176,8 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase, shipped: bool
                 x = self.builder_.emit(relax.op.reshape(x, [site.rows, x.ty.shape[-1]]))
             params = {**dict(kernel.spec.fixed), kernel.spec.dim: site.rows}
             shape = list(get_op(kernel.spec.op).output_shape(params))
-            out = relax.call_tir(gv, [x, *fixed, relax.const(kernel.table)], relax.TensorType(shape, "float32"))
+            table = [] if kernel.params.table is None else [relax.const(kernel.table)]  # on a GPU: in the code
+            out = relax.call_tir(gv, [x, *fixed, *table], relax.TensorType(shape, "float32"))
             if len(site.lead) > 1:
                 return relax.op.reshape(self.builder_.emit(out), [*site.lead, shape[-1]])
             return out
@@ -193,15 +199,15 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     from ..shipped import Knowledge
 
     tgt = parse_target(target)
-    if tgt["kind"] != "llvm":
-        raise AutotuneError("dynamic model builds run on the CPU (llvm) only")
+    gpu = tgt["kind"] == "cuda"
     use_target_threads(tgt)
     recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
     knowledge = Knowledge.load(tgt) if shipped else None
 
     def lowered(fuse: bool) -> tuple[Any, list[DynamicSite], dict[str, int], Any]:
         mod, sites, dispatchers = rewrite_sites(import_dynamic(program, name), tgt, recs, shipped, fuse)
-        mod, symbolic = rewrite_symbolic_ops(mod, vector_unit(tgt)[0])
+        # on a GPU, DLight's rules schedule attention's symbolic loop nests (they are written for them)
+        mod, symbolic = (mod, {}) if gpu else rewrite_symbolic_ops(mod, vector_unit(tgt)[0])
         epilogues: dict[str, list[list[str]]] = {}  # dispatcher -> the epilogue of each call fused into it
         regroup = (lambda rest, vectorize: fuse_dispatch_groups(dispatchers, rest, vectorize, epilogues)) \
             if fuse else None
@@ -213,7 +219,8 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
         return mod, sites, symbolic, static
 
     try:
-        mod, sites, symbolic, static = lowered(fuse=True)
+        # epilogues fuse into the uKernels' write-back on the CPU (`fusion` schedules them as the CPU's build does)
+        mod, sites, symbolic, static = lowered(fuse=not gpu)
         executable = compile_lowered(mod, to_tvm_target(tgt))
     except AutotuneError:
         raise

@@ -24,7 +24,7 @@ from ..gpu_limits import check_config
 from ..records import Record
 from ..shipped import Knowledge, ShippedConfig, shipped_enabled
 from ..space import Config
-from ..target import (check_runs_here, export_library, kernel_threads, to_tvm_target, use_target_threads,
+from ..target import (export_library, kernel_threads, to_tvm_target, use_target_threads,
                       vector_unit)
 from ..task import Task
 from ..templates import default_template, resolve, space_of
@@ -35,7 +35,7 @@ from .default_schedule import default_template_func, generic_schedule, schedule_
 from .epilogue import mark_kernel, narrow_epilogues, schedule_fused
 from .extract import Site, classify, find_sites, merge_sites, product_call, resolve_target
 from .gpu_schedule import bind_block, gpu_generic_schedule
-from .library import ThreadVMs, numpy_outputs
+from .library import ThreadVMs, numpy_outputs, runtime_device
 from .reshapes import sink_reshapes
 from .rewrite import visit_functions
 from .shipped_check import Contest, Verdict, measurable_here, verdicts
@@ -113,14 +113,7 @@ class BuiltModel:
         return [np.ascontiguousarray(a) for a in arrays]
 
     def tvm_device(self) -> Any:
-        import tvm
-
-        check_runs_here(self.target, self.name)
-        dev = tvm.device(self.device)
-        if not dev.exist:
-            raise AutotuneError(f"{self.name} was built for {self.device} and this machine has no {self.device} "
-                                "device (export_library it and run it where there is one)")
-        return dev
+        return runtime_device(self.device, self.target, self.name)
 
     def vms(self) -> ThreadVMs:
         """Its virtual machines, one per calling thread (CPU kernels on the OpenMP pool, `thread_pool`)."""
@@ -398,7 +391,8 @@ def build_model(model: Any, logs: Sequence[str | os.PathLike] = (), target: str 
 
     program = None if isinstance(model, Captured) else dynamic_program(model)
     if program is not None:  # a symbolic input size (torch.export Dim): dynamic kernels for its matmuls
-        return build_dynamic_model(program, logs, target, records=records, name=str(model)[:80],
+        name = os.path.basename(str(model)) if isinstance(model, (str, os.PathLike)) else "model"
+        return build_dynamic_model(program, logs, target, records=records, name=name,
                                    shipped=shipped_enabled(shipped))
     tgt = resolve_target(target)
     use_target_threads(tgt)  # before FoldConstant or a first call starts TVM's thread pool

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import AutotuneError
-from ..target import kernel_threads
+from ..target import check_runs_here, kernel_threads
 from ..thread_pool import load_library as _load
 
 
@@ -25,6 +25,19 @@ def numpy_outputs(out: Any) -> list[Any]:
     if hasattr(out, "numpy"):
         return [out.numpy()]
     return [a for item in out for a in numpy_outputs(item)]
+
+
+def runtime_device(kind: str, target: dict[str, Any], name: str) -> Any:
+    """The TVM device ("cpu" or "cuda") a model built for `target` runs on here (one-line errors where it cannot:
+    another machine's target, no such device)."""
+    import tvm
+
+    check_runs_here(target, name)
+    dev = tvm.device(kind)
+    if not dev.exist:
+        raise AutotuneError(f"{name} was built for {kind} and this machine has no {kind} device "
+                            "(export_library it and run it where there is one)")
+    return dev
 
 
 class ThreadVMs:
