@@ -100,6 +100,13 @@ def test_a_dynamic_kernel_matches_numpy_on_gpu(dense_kernel):
         np.testing.assert_allclose(dense_kernel(x, w), x @ w.T, rtol=1e-4, atol=1e-4, err_msg=f"batch={size}")
 
 
+def _cuda_source(mod) -> str:
+    """The CUDA source of a module's CUDA import."""
+    if mod.kind == "cuda":
+        return mod.inspect_source()
+    return next((src for src in (_cuda_source(m) for m in mod.imports) if src), "")
+
+
 class _Block:
     """A GPT-style block's dynamic parts: two linear layers with GELU and a residual add, attention scores over a
     symbolic length and their softmax-weighted sum."""
@@ -137,6 +144,16 @@ def test_a_dynamic_model_builds_for_cuda_and_exports(cuda_block, tmp_path):
 
     _, built = cuda_block
     assert [s.spec.op for s in built.sites] == ["dense", "dense"] and built.target["kind"] == "cuda"
+    # the bias, GELU and the residual add in the uKernels' write-back
+    assert [sorted({op.rstrip("0123456789") for ops in s.fused for op in ops}) for s in built.sites] == [
+        ["add", "fast_erf", "multiply"], ["add"]]
+    src = _cuda_source(built.executable.mod)
+    if shutil.which("nvcc") is not None:  # the whole model's CUDA compiles (ptxas included)
+        import tvm
+        from tvm.support import nvcc
+
+        with tvm.target.Target(CUDA):
+            assert len(nvcc.compile_cuda(src, target_format="cubin", arch="sm_90", compiler="nvcc")) > 0
     built.export_library(tmp_path / "block.so")
     assert (tmp_path / "block.so").stat().st_size > 0
     if not tvm_cuda_exists():

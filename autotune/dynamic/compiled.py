@@ -112,12 +112,15 @@ def plan_of(table: np.ndarray, heights: Sequence[int], m: int) -> Cover:
 @dataclass(frozen=True)
 class DispatchParams:
     """The compiled function's parameters, in order: sliced inputs, per uKernel its fixed operands, the plan
-    table, the output. `fixed[k]` lists (input index, buffer) of uKernel k."""
+    table, the output. `fixed[k]` lists (input index, buffer) of the fixed operands that are uKernel k's own
+    parameters; `uses[k]`, for each fixed input of uKernel k in order, the position among all fixed parameters of
+    the one it reads (its own, or one it shares)."""
 
     sliced: tuple[Any, ...]
     fixed: tuple[tuple[tuple[int, Any], ...], ...]
     table: Any
     output: Any
+    uses: tuple[tuple[int, ...], ...] = ()
 
     def all(self) -> list[Any]:
         table = [] if self.table is None else [self.table]
@@ -189,8 +192,8 @@ def dispatch_func(sliced: Sequence[bool], ukernels: Sequence[tuple[int, Any]], t
     heights = [h for h, _ in funcs]
     rows = periodic_rows(table, heights) if gpu else table.shape[0]
     plan = None if gpu else tirx.decl_buffer((rows, len(funcs) + 2), "int32", "plan")
-    fixed, aliases = _fixed_params([f for _, f in funcs], sliced, as_given)
-    params = DispatchParams(tuple(outer_in), fixed, plan, outer_out)
+    fixed, uses, aliases = _fixed_params([f for _, f in funcs], sliced, as_given)
+    params = DispatchParams(tuple(outer_in), fixed, plan, outer_out, uses)
 
     stmts, counts, tail_kernel, tail_rows = cover_of(table[:rows], heights, m, plan)
     stmts = [*aliases, *stmts]
@@ -218,27 +221,32 @@ def dispatch_func(sliced: Sequence[bool], ukernels: Sequence[tuple[int, Any]], t
     return func, params
 
 
-def _fixed_params(funcs: Sequence[Any], sliced: Sequence[bool],
-                  as_given: Sequence[Sequence[int]] | None) -> tuple[tuple[tuple[tuple[int, Any], ...], ...], list]:
-    """(per uKernel its fixed operands that are parameters, the declarations of the others on the parameter they
-    share): a fixed input uKernels take as given is one parameter, the first of them's."""
+def _fixed_params(funcs: Sequence[Any], sliced: Sequence[bool], as_given: Sequence[Sequence[int]] | None
+                  ) -> tuple[tuple[tuple[tuple[int, Any], ...], ...], tuple[tuple[int, ...], ...], list]:
+    """(per uKernel its fixed operands that are parameters, `DispatchParams.uses`, the declarations of the others
+    on the parameter they share): a fixed input that uKernels take as given is one parameter, the first one's."""
     from tvm import tirx
 
-    owners: dict[int, Any] = {}
-    fixed, aliases = [], []
+    owners: dict[int, tuple[Any, int]] = {}  # input index -> (parameter, position among the fixed parameters)
+    fixed, uses, aliases, position = [], [], [], 0
     for k, f in enumerate(funcs):
-        own = []
+        own, reads = [], []
         for i in (i for i, s in enumerate(sliced) if not s):
             buf = f.params[i]
-            owner = owners.get(i) if as_given is not None and i in as_given[k] else None
-            if owner is not None and list(owner.shape) == list(buf.shape) and owner.dtype == buf.dtype:
-                aliases.append(tirx.DeclBuffer(buf, data=tirx.buffer_data(owner)))
+            shared = as_given is not None and i in as_given[k]
+            owner = owners.get(i) if shared else None
+            if owner is not None and list(owner[0].shape) == list(buf.shape) and owner[0].dtype == buf.dtype:
+                aliases.append(tirx.DeclBuffer(buf, data=tirx.buffer_data(owner[0])))
+                reads.append(owner[1])
                 continue
-            if as_given is not None and i in as_given[k]:
-                owners.setdefault(i, buf)
+            if shared:
+                owners.setdefault(i, (buf, position))
             own.append((i, buf))
+            reads.append(position)
+            position += 1
         fixed.append(tuple(own))
-    return tuple(fixed), aliases
+        uses.append(tuple(reads))
+    return tuple(fixed), tuple(uses), aliases
 
 
 def _pieces(func: Any, sliced: Sequence[bool], outer: Sequence[Any], start: Any, height: int, count: Any,

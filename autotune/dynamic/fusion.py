@@ -97,17 +97,15 @@ class FusedGroup:
         rows = call.ty.shape[0]
         if not isinstance(rows, tirx.Var):
             raise NotFusable(f"a dynamic kernel's rows are {rows}, not one symbolic size")
-        inputs = list(call.args[1].fields)  # sliced inputs, per uKernel its fixed operands, the plan table
+        inputs = list(call.args[1].fields)  # sliced inputs, the fixed operands, the plan table (on a CPU)
         n_sliced = sum(kernel.sliced)
-        per_ukernel = [len(f) for f in kernel.params.fixed]
-        starts = [n_sliced + sum(per_ukernel[:k]) for k in range(len(per_ukernel))]
         params = list(group.params)
         self._position = {p: i for i, p in enumerate(params)}
         names = [_callee(b.value) for b in _bindings(group)]
         self.epilogue = [n for n in names if n not in (None, call.args[0].name_hint)]
         fused, layouts = [], []
         for k, ukernel in enumerate(kernel.ukernels):
-            mine = [*inputs[:n_sliced], *inputs[starts[k]:starts[k] + per_ukernel[k]]]
+            mine = [*inputs[:n_sliced], *(inputs[n_sliced + p] for p in kernel.params.uses[k])]
             func, used = _at_height(mod, group, call, ukernel, mine, rows)
             fused.append((ukernel.height, _scheduled(func, schedule_rest, vectorize)))
             layouts.append(used)
@@ -116,17 +114,22 @@ class FusedGroup:
             if [_cut_by_rows(params[i], rows) for i in used] != self._sliced:
                 raise NotFusable("the uKernels of a fused group take their operands in different orders")
         self._layouts = layouts
-        self._table = self._position[inputs[-1]] if isinstance(inputs[-1], relax.Var) else inputs[-1]
-        self.func, self.params = dispatch_func(self._sliced, fused, kernel.table, name="main")
+        table = inputs[-1] if kernel.params.table is not None else None
+        self._table = self._position[table] if isinstance(table, relax.Var) else table
+        # an operand every uKernel reads from the same group parameter (a weight they take as it is, a bias) is
+        # one parameter of the fused dispatcher
+        as_given = [[j for j, i in enumerate(used) if i == layouts[0][j]] for used in layouts]
+        self.func, self.params = dispatch_func(self._sliced, fused, kernel.table, name="main", gpu=kernel.gpu,
+                                               as_given=as_given)
 
     def arguments(self, args: list[Any]) -> list[Any]:
-        """The dispatcher's arguments from the group's call's: the sliced ones, each uKernel's fixed ones, the
-        plan table."""
+        """The dispatcher's arguments from the group's call's: the sliced ones, the fixed ones (each uKernel's
+        own), the plan table (on a CPU)."""
         first = self._layouts[0]
         sliced = [args[i] for i, s in zip(first, self._sliced) if s]
-        fixed = [args[i] for used in self._layouts for i, s in zip(used, self._sliced) if not s]
-        table = args[self._table] if isinstance(self._table, int) else self._table
-        return [*sliced, *fixed, table]
+        fixed = [args[self._layouts[k][j]] for k, own in enumerate(self.params.fixed) for j, _ in own]
+        table = [] if self._table is None else [args[self._table] if isinstance(self._table, int) else self._table]
+        return [*sliced, *fixed, *table]
 
 
 def _cut_by_rows(param: Any, rows: Any) -> bool:

@@ -219,8 +219,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
         return mod, sites, symbolic, static
 
     try:
-        # epilogues fuse into the uKernels' write-back on the CPU (`fusion` schedules them as the CPU's build does)
-        mod, sites, symbolic, static = lowered(fuse=not gpu)
+        mod, sites, symbolic, static = lowered(fuse=True)
         executable = compile_lowered(mod, to_tvm_target(tgt))
     except AutotuneError:
         raise

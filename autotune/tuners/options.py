@@ -28,7 +28,10 @@ class XGBOptions:
     explore: share of each batch drawn at random; transfer_explore: that share while only transfer records (or
     the loaded model) guide the search, before two of the task's own measurements differ: a hedge against records
     that mis-rank a new operator, and an unbiased first sample for the task's own model.
-    sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute);
+    sa_chains x sa_steps bounds the configs scored per plan (loop features cost ~5-10 ms each to compute); a plan
+    of fewer than `sa_full_plan` configs anneals for proportionally fewer steps (at least 2): a round of a few
+    trials (a model's many small tasks, each with a small share) then does not spend more time searching than
+    measuring;
     sa_temperature: the annealing's starting temperature, in spreads of the start scores.
     knob_weight: bonus for each knob value new to a batch (diversity; 0 picks the top predictions);
     min_distance: knob changes between two configs of one batch.
@@ -64,6 +67,7 @@ class XGBOptions:
     transfer_explore: float = 0.5
     sa_chains: int = 16
     sa_steps: int = 16
+    sa_full_plan: int = 8
     sa_temperature: float = 1.0
     knob_weight: float = 0.1
     min_distance: int = 1
@@ -89,8 +93,8 @@ class XGBOptions:
         for name in ("explore", "transfer_explore", "cold_random"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise AutotuneError(f"{name} is a share of the batch (0 to 1), not {getattr(self, name)}")
-        least = {"sa_chains": 1, "sa_steps": 0, "min_distance": 0, "transfer_max_per_task": 1, "n_rounds": 1,
-                 "finetune_rounds": 1, "transfer_elites": 0, "incumbent_moves": 0, "feature_workers": 0,
+        least = {"sa_chains": 1, "sa_steps": 0, "sa_full_plan": 1, "min_distance": 0, "transfer_max_per_task": 1,
+                 "n_rounds": 1, "finetune_rounds": 1, "transfer_elites": 0, "incumbent_moves": 0, "feature_workers": 0,
                  "knob_weight": 0, "basin_weight": 0}
         for name, low in least.items():
             if getattr(self, name) < low:

@@ -30,6 +30,7 @@ POOL_SIZE = 256  # unproposed points of one search kept as start candidates of t
 COLD_BATCH = 8  # configs measured before the first model (the model guides from the second batch on)
 COLD_POOL = 64  # random configs the cold-start prior picks the first batch from
 ELITE_TRIES = 8  # donor configs looked at per config by example (most map onto one already taken)
+MIN_SA_STEPS = 2  # annealing steps of the smallest plans (`XGBOptions.sa_full_plan`)
 
 
 class XGBTuner:
@@ -129,7 +130,8 @@ class XGBTuner:
         n_random = int(explore * rest) + int(self._rng.random() < explore * rest % 1)
         n_model = rest - n_random
         starts = self._starts()
-        visited = anneal(self.space, self._score, starts, opts.sa_steps, self._rng, opts.sa_temperature)
+        steps = opts.sa_steps if n >= opts.sa_full_plan else max(MIN_SA_STEPS, opts.sa_steps * n // opts.sa_full_plan)
+        visited = anneal(self.space, self._score, starts, steps, self._rng, opts.sa_temperature)
         moves = self._incumbent_moves(min(n_model, opts.incumbent_moves))
         taken = elites + moves
         fresh = configs.distinct({i: s for i, s in visited.items() if configs.may_propose(i) and i not in taken}, taken)
