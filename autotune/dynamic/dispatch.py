@@ -102,10 +102,9 @@ class DynamicKernel:
                                [u.mean_s + CALL_OVERHEAD_S for u in self.ukernels], pad_cost_fn(cost.row_bytes))
         self.table = as_aligned(plan_table(self.planner, spec.hi), "int32")
         self.gpu = spec.target["kind"] == "cuda"  # the plan in the host code, the pieces kernel launches
-        # on a GPU the uKernels that take a weight as it is share it (no copy per uKernel); the CPU's fused
-        # dispatchers (`fusion`) expect one per uKernel
+        # the uKernels that take a weight as it is (not relaid for their tiles) share it: one copy, not one each
         as_given = [[i for i, s in enumerate(self.sliced) if not s and all(r.arg != i for r in u.relayouts)]
-                    for u in self.ukernels] if self.gpu else None
+                    for u in self.ukernels]
         self.func, self.params = dispatch_func(self.sliced, [(u.height, u.func) for u in self.ukernels],
                                                self.table, name="main", gpu=self.gpu, as_given=as_given)
         self._executable: Any = None
