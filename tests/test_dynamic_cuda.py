@@ -22,6 +22,10 @@ def tvm_cuda_exists() -> bool:
     return bool(tvm.cuda(0).exist)
 
 
+# skipped before their fixtures build anything
+on_gpu = pytest.mark.skipif(not tvm_cuda_exists(), reason="no CUDA device: it runs on a GPU machine")
+
+
 def _covers_in_code(table: np.ndarray, heights: list[int], sizes: list[int]) -> dict[int, tuple[int, ...]]:
     """The cover of each size computed by `cover_of` from the table compiled into code (as on a GPU), run on the
     CPU: (whole pieces per uKernel..., tail uKernel, tail rows)."""
@@ -90,9 +94,8 @@ def test_a_dynamic_kernel_compiles_for_cuda(dense_kernel):
             assert len(nvcc.compile_cuda(src, target_format="ptx", arch="sm_90", compiler="nvcc")) > 0
 
 
+@on_gpu
 def test_a_dynamic_kernel_matches_numpy_on_gpu(dense_kernel):
-    if not tvm_cuda_exists():
-        pytest.skip("no CUDA device: the dynamic kernel runs on a GPU machine")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((128, 256)).astype("float32")
     for size in SIZES:
@@ -161,9 +164,8 @@ def test_a_dynamic_model_builds_for_cuda_and_exports(cuda_block, tmp_path):
             built(np.zeros((1, 5, 128), "float32"))
 
 
+@on_gpu
 def test_a_dynamic_model_matches_torch_on_gpu(cuda_block, tmp_path):
-    if not tvm_cuda_exists():
-        pytest.skip("no CUDA device: the dynamic model runs on a GPU machine")
     import torch
 
     from autotune.model import load_library
