@@ -1,10 +1,11 @@
 """The cover of a run-time size by uKernels, compiled into one TIR function (no Python at run time).
 
-    func = dispatch_func(spec, [(height, scheduled PrimFunc), ...])
-    table = plan_table(planner)        # an int32 array passed to the function (a constant in a model)
+    table = plan_table(planner, top)   # an int32 array passed to the function (a constant in a model)
+    func, params = dispatch_func(sliced, [(height, scheduled PrimFunc), ...], table)
 
 The function takes the sliced inputs with a symbolic leading size m, each uKernel's fixed operands (as that
-uKernel takes them: relaid where its template relays them), the plan table and the output. For each uKernel
+uKernel takes them: relaid where its template relays them; one parameter for an operand the uKernels take as it
+is), the plan table and the output. For each uKernel
 it runs the uKernel's scheduled body over its whole pieces, each on a view of the rows (a buffer declared at
 the rows' address: no copy), then the padded tail piece, if the plan has one, through a scratch buffer (the
 valid rows copied in, zeros after them; the valid rows copied out). So the module exports like a static one.

@@ -181,6 +181,7 @@ class DynamicKernel:
         args = _on_device(args, self.spec)
         device = args[-1].device
         return time_calls(lambda: (main(*args), device.sync()), repeat, min_s)
+
     def describe(self, sizes: Sequence[int] = ()) -> str:
         """The uKernels, then the plan and predicted time of each size in `sizes`."""
         lines = [f"dynamic {self.spec}: {len(self.ukernels)} uKernels"]
