@@ -19,24 +19,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 SIZES = (1, 7, 31, 64, 127, 257, 509, 1024)
 
 
 def device_timer(target_kind: str):
-    """(device, seconds per call of fn(*args) with the device's queue drained, median of 7 repeats)."""
+    """(device, seconds per call of fn(*args) with the device's queue drained: `gpu_model.synced_ms`)."""
     import tvm
 
-    from autotune.measure.timing import time_calls
+    from gpu_model import synced_ms
 
     dev = tvm.cuda(0) if target_kind == "cuda" else tvm.cpu(0)
-
-    def seconds(fn, args) -> float:
-        times = time_calls(lambda: (fn(*args), dev.sync()), repeat=7, min_s=0.05)
-        return sorted(times)[len(times) // 2]
-
-    return dev, seconds
+    return dev, lambda fn, args: synced_ms(lambda: fn(*args), dev.sync) / 1e3
 
 
 def main() -> None:
