@@ -79,15 +79,25 @@ def export_static(model, phase: str, length: int):
 
 
 def tune(args, model, times: Times) -> None:
-    from autotune.model import tune_model
+    dynamic = export_dynamic(model, args.phase)
+    static = [(f"static-t{t}", export_static(model, args.phase, t), args.static_trials, 16) for t in LENGTHS]
+    tune_runs(args, [dynamic_run(dynamic, args.dynamic_trials), *static], times)
 
+
+def dynamic_run(program, trials: int) -> tuple:
+    """The dynamic program's run: its uKernel tasks share a small budget, in rounds of an equal share each, so
+    that every one is tuned."""
     from autotune.model import extract_tasks
 
+    return "dynamic", program, trials, max(1, trials // len(extract_tasks(program)))
+
+
+def tune_runs(args, runs, times: Times) -> None:
+    """`tune_model` of each (name, program, trials, round trials) into --work/NAME/log.jsonl, its wall seconds
+    added to `times` where it measured anything (a re-run resumes)."""
+    from autotune.model import tune_model
+
     quiet = (lambda msg: None) if not args.verbose else None
-    dynamic = export_dynamic(model, args.phase)
-    # the dynamic program's uKernel tasks share a small budget: rounds of an equal share each, so every one is tuned
-    runs = [("dynamic", dynamic, args.dynamic_trials, max(1, args.dynamic_trials // len(extract_tasks(dynamic))))]
-    runs += [(f"static-t{t}", export_static(model, args.phase, t), args.static_trials, 16) for t in LENGTHS]
     for name, program, trials, rounds in runs:
         log = Path(args.work) / name / "log.jsonl"
         before, t0 = _count(log), time.perf_counter()

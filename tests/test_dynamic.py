@@ -114,6 +114,36 @@ def test_plan_table_is_the_planners_cover_and_repeats_the_tallest_beyond_it():
             assert cover.counts[0] * heights[0] >= m - (table.shape[0] - 1), m
 
 
+def test_the_planner_plans_large_sizes_as_the_compiled_table_does():
+    """Beyond the sizes it plans exactly (a range of an image's pixels reaches millions of rows), the planner
+    takes pieces of the tallest uKernel first, as the full table's code does: the same covers, found at once."""
+    from autotune.dynamic.compiled import plan_of, plan_table
+    from autotune.dynamic.compose import PLANNED_ROWS
+
+    heights = [256, 64, 4]
+    planner = Planner(heights, [30.0, 8.0, 1.0], lambda k, rows: 0.5)
+    table = plan_table(planner, 10 * PLANNED_ROWS)
+    for m in (PLANNED_ROWS + 257, 3 * PLANNED_ROWS + 5, 16_000_003):
+        plan = planner.plan(m)
+        whole = [sum(1 for p in plan.pieces if p.kernel == k and not p.padded) for k in range(3)]
+        assert whole == list(plan_of(table, heights, m).counts), m
+        assert sum(p.rows for p in plan.pieces) == m
+        assert plan.predicted_s == pytest.approx(planner.cost(m))
+
+
+def test_a_range_too_large_for_a_tensor_is_cut_to_what_fits():
+    """A batch times an image's pixels can exceed what TVM's 32-bit indexing holds: the range stops there."""
+    from autotune.dynamic.spec import within_limits
+
+    fixed = {"in_features": 288, "out_features": 64}
+    assert within_limits("dense", fixed, "batch", 4096) == 4096
+    top = within_limits("dense", fixed, "batch", 4096 * 4096)
+    assert top == (2**31 - 1) // 288
+    parse_dynamic("dense", f"batch=1..{top},in_features=288,out_features=64")
+    with pytest.raises(AutotuneError, match="shape too large"):
+        parse_dynamic("dense", f"batch=1..{top + 1},in_features=288,out_features=64")
+
+
 def test_composition_picks_the_cheaper_cover():
     planner = Planner([8, 3], [8.0, 3.5], lambda k, rows: 1.0)
     assert planner.plan(9).describe() == "3x3" and planner.cost(9) == pytest.approx(10.5)

@@ -179,3 +179,40 @@ def test_a_dynamic_model_matches_torch_on_gpu(cuda_block, tmp_path):
             want = model(x).numpy()
         np.testing.assert_allclose(built(x), want, rtol=1e-3, atol=1e-4, err_msg=f"seq={length}")
         np.testing.assert_allclose(np.asarray(loaded(x)), want, rtol=1e-3, atol=1e-4, err_msg=f"seq={length}")
+
+
+@pytest.fixture(scope="module")
+def cuda_cnn():
+    from test_dynamic_conv import _cnn, _export
+
+    from autotune.model import build_model
+
+    model = _cnn()
+    return model, build_model(_export(model, batch=True), target=CUDA, shipped=False)
+
+
+@pytest.mark.slow
+def test_a_cnn_of_a_varying_image_size_builds_for_cuda(cuda_cnn):
+    """Its convolutions as im2col and dynamic dense kernels on CUDA (the windows and layout changes scheduled by
+    DLight); the module's CUDA compiles."""
+    _, built = cuda_cnn
+    assert [s.spec.op for s in built.sites] == ["dense"] * 3
+    src = _cuda_source(built.executable.mod)
+    assert "im2col" in src
+    if shutil.which("nvcc") is not None:
+        import tvm
+        from tvm.support import nvcc
+
+        with tvm.target.Target(CUDA):
+            assert len(nvcc.compile_cuda(src, target_format="cubin", arch="sm_90", compiler="nvcc")) > 0
+
+
+@on_gpu
+def test_a_cnn_of_a_varying_image_size_matches_torch_on_gpu(cuda_cnn):
+    import torch
+
+    model, built = cuda_cnn
+    for shape in ((1, 3, 6, 6), (2, 3, 17, 9), (4, 3, 64, 61)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-3, atol=1e-4, err_msg=f"{shape}")

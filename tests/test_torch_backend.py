@@ -101,6 +101,31 @@ def test_a_graph_of_symbolic_sizes_builds_once_for_every_size():
     assert (tb.STATS.builds, tb.STATS.dynamic, tb.STATS.hits) == (1, 1, 3), tb.STATS
 
 
+def _same_size_cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1)).eval()
+
+
+@pytest.mark.slow  # Dynamo's trace and a dynamic build of convolutions: 15 s each
+@pytest.mark.parametrize("make", ["strided", "same size"])
+def test_a_cnn_of_symbolic_image_sizes_builds_once_for_every_size(make):
+    """torch.compile(dynamic=True) of a CNN: Dynamo's graph has a symbolic batch, height and width; one build (its
+    convolutions as im2col and dynamic dense kernels) serves every image size. Strided: the trace guards its
+    outputs' widths (not 1), which no range of the input states: exported with the ranges torch.export infers.
+    Same size: Dynamo knows no upper bound of the sizes, and the build plans no memory for one."""
+    from test_dynamic_conv import _cnn
+
+    model = _cnn() if make == "strided" else _same_size_cnn()
+    fn = torch.compile(model, backend="autotune", dynamic=True, options={"shipped": False})
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for shape in ((2, 3, 20, 16), (2, 3, 33, 17), (2, 3, 9, 40)):  # a batch of 1 Dynamo specialises
+            x = torch.randn(*shape)
+            _same(fn(x), model(x))
+    assert not _fallbacks(record), [str(w.message) for w in record]
+    assert (tb.STATS.builds, tb.STATS.dynamic, tb.STATS.hits) == (1, 1, 2), tb.STATS
+
+
 def test_recompiled_equal_graph_reuses_its_build_without_an_export(monkeypatch):
     """A float after a graph break is specialised by Dynamo's first compile: a new value recompiles the resume
     function, whose graph is the same; its build is found before any torch.export."""

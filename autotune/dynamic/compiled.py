@@ -16,7 +16,7 @@ uKernel as bring it within the table, then the table's plan of the rest (`plan_o
 
 On a GPU (`gpu=True`) the host reads no table: device memory is not the host's. The table is cut to its
 shortest prefix after which every plan repeats the one a tallest piece before it (`periodic_rows`), and each
-column becomes a search tree of comparisons compiled into the host code (`lookup`). Every uKernel's whole
+column becomes a sum of comparisons compiled into the host code (`lookup`). Every uKernel's whole
 pieces are one launch of its kernel, the piece number its blockIdx.z; the tail is a launch of its own, and
 the scratch copies are kernels too.
 """
@@ -29,9 +29,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .compose import Planner
+from .compose import PLANNED_ROWS, Planner
 
-TABLE_ROWS = 4096  # sizes the plan table holds (80 kB for three uKernels)
+TABLE_ROWS = PLANNED_ROWS  # sizes the plan table holds (80 kB for three uKernels): the ones the planner plans
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,18 @@ class Cover:
     counts: tuple[int, ...]
     tail_kernel: int
     tail_rows: int  # 0: no tail
+
+
+def gpu_build_context() -> Any:
+    """The pass context to compile a module with CUDA dispatchers in: the current one without TVM's common
+    subexpression elimination, which, over a cover with more pieces of the tallest uKernel than the table holds,
+    binds a subexpression where one guarded launch reads it and another uses it ("used, but not passed in as API
+    arguments"). nvcc eliminates common subexpressions of the kernels itself."""
+    import tvm
+
+    outer = tvm.transform.PassContext.current()
+    return tvm.transform.PassContext(opt_level=outer.opt_level,
+                                     config={**dict(outer.config), "tirx.disable_cse_tir": True})
 
 
 def plan_table(planner: Planner, top: int) -> np.ndarray:

@@ -43,8 +43,13 @@ class Plan:
         return " + ".join(parts) or "empty"
 
 
+PLANNED_ROWS = 4096  # sizes planned exactly (the compiled plan table's); beyond them and the tallest uKernel's
+# height, a size takes as many more pieces of the tallest as bring the rest into the last `tallest` planned sizes
+
+
 class Planner:
-    """Cheapest covering of any size by uKernels of given heights and per-call costs.
+    """Cheapest covering of any size by uKernels of given heights and per-call costs (exactly up to PLANNED_ROWS
+    plus the tallest height; a larger size: pieces of the tallest, then the cover of the rest).
 
     pad_cost(kernel, rows): extra seconds of a padded piece with `rows` valid rows (the copies).
     """
@@ -69,10 +74,18 @@ class Planner:
             self._best.append(best)
             self._choice.append(choice)
 
+    def extra_tallest(self, size: int) -> int:
+        """Pieces of the tallest uKernel a size takes before its planned rest (0 within the planned sizes)."""
+        top = PLANNED_ROWS + max(self.heights)
+        return max(0, -(-(size - top) // max(self.heights)))
+
     def cost(self, size: int) -> float:
         """Predicted seconds of the cheapest cover of `size` rows."""
-        self._grow(size)
-        return self._best[size]
+        extra = self.extra_tallest(size)
+        tallest = self.heights.index(max(self.heights))
+        rest = size - extra * self.heights[tallest]
+        self._grow(rest)
+        return self._best[rest] + extra * self.costs[tallest]
 
     def plan(self, size: int) -> Plan:
         """Pieces covering rows [0, size) exactly once: whole uKernels first, the padded one last."""
@@ -80,10 +93,11 @@ class Planner:
             raise ValueError(f"size must be >= 1, got {size}")
         plan = self._plans.get(size)
         if plan is None:
-            self._grow(size)
-            whole: list[int] = []
+            tallest = self.heights.index(max(self.heights))
+            whole: list[int] = [tallest] * self.extra_tallest(size)
             padded: tuple[int, int] | None = None
-            m = size
+            m = size - len(whole) * self.heights[tallest]
+            self._grow(m)
             while m > 0:
                 k = self._choice[m]
                 h = self.heights[k]
@@ -98,5 +112,5 @@ class Planner:
                 offset += self.heights[k]
             if padded is not None:
                 pieces.append(Piece(padded[0], offset, padded[1], self.heights[padded[0]]))
-            plan = self._plans[size] = Plan(size, tuple(pieces), self._best[size])
+            plan = self._plans[size] = Plan(size, tuple(pieces), self.cost(size))
         return plan

@@ -1,17 +1,18 @@
 """Build a model exported with a dynamic dimension (torch.export `Dim`): its linear layers and convolutions use
 dynamic kernels.
 
-Every dynamic site (`sites.py`: a matmul by a constant weight, its rows of a symbolic size; a conv2d of a symbolic
-batch) becomes a call to a dynamic kernel of its operator: on the logs' uKernels for its shape, else on the shipped
-knowledge's configs or heuristic ones. The kernel's compiled cover (`compiled.dispatch_func`) is added to the
-module and called with `R.call_tir`, the weight (packed for each uKernel that takes it packed) and the plan table
-as constants. Products of two activations and softmax over a symbolic size run on hand-written kernels
-(`symbolic_ops`). The rest of the model is legalized, fused and scheduled as a static build's functions without a
-tuned kernel are. The module exports like a static build's.
+Every dynamic site (`sites.py`: a matmul by a constant weight, its rows of a symbolic size, a convolution of a
+symbolic image size among them as im2col; a conv2d of a symbolic batch) becomes a call to a dynamic kernel of its
+operator: on the logs' uKernels for its shape, else on the shipped knowledge's configs or heuristic ones. The
+kernel's compiled cover (`compiled.dispatch_func`) is added to the module and called with `R.call_tir`, the weight
+(packed for each uKernel that takes it packed) and the plan table as constants. Products of two activations and
+softmax over a symbolic size run on hand-written kernels (`symbolic_ops`). The rest of the model is legalized, fused
+and scheduled as a static build's functions without a tuned kernel are. The module exports like a static build's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
@@ -29,6 +30,7 @@ from ..operators import get_op
 from ..thread_pool import load_executable
 from ..target import (export_library, kernel_threads, parse_target, to_tvm_target,
                       use_target_threads, vector_unit)
+from .compiled import gpu_build_context
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
 from .fusion import fuse_dispatch_groups
@@ -220,7 +222,8 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
 
     try:
         mod, sites, symbolic, static = lowered(fuse=True)
-        executable = compile_lowered(mod, to_tvm_target(tgt))
+        with gpu_build_context() if gpu else contextlib.nullcontext():
+            executable = compile_lowered(mod, to_tvm_target(tgt))
     except AutotuneError:
         raise
     except Exception as err:  # noqa: BLE001 - TVM refused a fused group: the unfused build is the known-good one
@@ -228,14 +231,18 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
                       f"{str(err).strip().splitlines()[-1][:200] if str(err).strip() else ''}); built unfused",
                       stacklevel=2)
         mod, sites, symbolic, static = lowered(fuse=False)
-        executable = compile_lowered(mod, to_tvm_target(tgt))
+        with gpu_build_context() if gpu else contextlib.nullcontext():
+            executable = compile_lowered(mod, to_tvm_target(tgt))
     return DynamicBuiltModel(name, executable, sites, static, input_descriptions(program), kernel_threads(tgt),
                              symbolic, tgt)
 
 
 def input_descriptions(program: Any) -> tuple[str, ...]:
     """`x [1, s0 in 1..1024, 768] float32` for each user input of an ExportedProgram."""
-    ranges = {str(sym): (int(r.lower), int(r.upper)) for sym, r in program.range_constraints.items()}
+    import math
+
+    ranges = {str(sym): (str(int(r.lower)), "" if math.isinf(float(r.upper)) else str(int(r.upper)))
+              for sym, r in program.range_constraints.items()}
     user = set(program.graph_signature.user_inputs)
     out = []
     for node in program.graph.nodes:

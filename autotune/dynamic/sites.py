@@ -5,7 +5,9 @@ size, its range from the export's `Dim` bounds (`SITE_MATCHERS`):
 - `matmul(x, W)`, W a constant [K, N] (a linear layer's weight, transposed), x with a symbolic size in its leading
   dimensions: a dynamic `dense` (x times the weight [N, K], transposed) over batch = the product of those
   dimensions, as a static build extracts a linear layer (its template packs the weight once, at build time);
-- `conv2d(x, W)` (NCHW, one group) whose batch N is symbolic and image static: a dynamic `conv2d` over N.
+- `conv2d(x, W)` (NCHW, one group) whose batch N is symbolic and image static: a dynamic `conv2d` over N; one
+  whose image height or width is symbolic is im2col and a `matmul` by its weight by then (`import_dynamic`,
+  `im2col.lower_symbolic_convs`): a dense site over its output pixels.
 Sites of the same static parameters share one dynamic kernel (the union of their ranges).
 
 To tune them within a model's budget, each site becomes the static tasks of its chosen uKernels (the analytic
@@ -29,7 +31,7 @@ from ..hardware import hardware_model
 from ..operators import get_op
 from ..task import Task
 from .compose import Planner
-from .spec import DynamicSpec, parse_dynamic
+from .spec import DynamicSpec, parse_dynamic, within_limits
 from .ukernels import chosen_heights, op_cost, pad_cost_fn, predict_time, rank_ukernels, sample_sizes
 
 DEFAULT_BOUNDS = (1, 4096)  # a symbolic size without bounds
@@ -62,7 +64,8 @@ def dynamic_program(model: Any) -> Any | None:
 
 def import_dynamic(program: Any, name: str = "model") -> Any:
     """The Relax module of an ExportedProgram with symbolic sizes, batch norms folded and constants folded (a
-    transposed weight becomes a constant)."""
+    transposed weight becomes a constant), convolutions of a symbolic image size as im2col and a dense
+    (`im2col.lower_symbolic_convs`)."""
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
@@ -75,7 +78,9 @@ def import_dynamic(program: Any, name: str = "model") -> Any:
         except Exception as err:  # noqa: BLE001 - any importer failure becomes one line
             raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
-    return relax.transform.FoldConstant()(fold_batch_norms(mod))
+    from .im2col import lower_symbolic_convs
+
+    return lower_symbolic_convs(relax.transform.FoldConstant()(fold_batch_norms(mod)))[0]
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,7 @@ def dynamic_specs(mod: Any, target: dict) -> dict[tuple, tuple[DynamicSpec, int]
     out = {}
     for (op, fixed), (lo, hi, calls) in found.items():
         dim = get_op(op).row_split.param
+        hi = max(lo, within_limits(op, dict(fixed), dim, hi))
         text = ",".join([f"{dim}={lo}..{hi}", *(f"{k}={v}" for k, v in fixed)])
         out[(op, fixed)] = (parse_dynamic(op, text, target=target), calls)
     return out

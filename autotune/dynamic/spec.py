@@ -55,6 +55,27 @@ class DynamicSpec:
         return f"{self.op}({self.dim}={self.lo}..{self.hi},{fixed})"
 
 
+def within_limits(op: str, fixed: dict[str, int], dim: str, hi: int) -> int:
+    """`hi`, or the largest size of `dim` below it at which the operator's tensors stay within TVM's 32-bit
+    indexing (a model's range multiplied out: a batch times an image's pixels)."""
+    opdef = get_op(op)
+
+    def fits(value: int) -> bool:
+        try:
+            opdef.complete({**fixed, dim: value})
+        except AutotuneError:
+            return False
+        return True
+
+    if fits(hi):
+        return hi
+    lo, top = 1, hi  # fits(lo) or nothing does (then parse_dynamic says why)
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        lo, top = (mid, top) if fits(mid) else (lo, mid)
+    return lo
+
+
 def parse_dynamic(op: str, text: str, dtype: str = "float32", target: str | dict[str, Any] = "llvm",
                   arch: str | None = None) -> DynamicSpec:
     """`M=1..4096,N=768,K=768` -> DynamicSpec; raises AutotuneError with a one-line reason."""

@@ -6,8 +6,8 @@ candidate, or for a split knob the inner factor closest to one vector (CPU) or 4
 
 Generic schedule of a PrimFunc: TVM's DLight CPU reduction rule when it applies (softmax,
 layer norm: parallel over rows) and the rows are whole vectors, else per block: inline injective producers, fuse
-the leading spatial loops and run them in parallel, vectorise the innermost spatial loop (whole vectors, then a
-scalar tail).
+the leading spatial loops and run them in parallel (of a block annotated PARALLEL_LOOPS, that many), vectorise the
+innermost spatial loop (whole vectors, then a scalar tail).
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ VECTOR = 16  # fp32 lanes of a 512-bit register
 MIN_PARALLEL_WORK = 4096  # loop iterations below which threading costs more than it saves
 CUDA_INNER = 4  # the inner split factor preferred on CUDA where the template states none
 FALLBACK_SAMPLES = 256  # random configs tried for one the target can run when no heuristic one can
+PARALLEL_LOOPS = "autotune.parallel_loops"  # a block annotation (a TE compute's attrs): of its symbolic loop nest's
+# spatial loops, how many outer ones run in parallel; the inner ones stay serial, so that what they compute from the
+# outer indices (a window's position from an output pixel) is computed once per outer iteration
 
 
 def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:
@@ -188,7 +191,8 @@ def _schedule_symbolic(sch: Any, blk: Any, loops: list[Any], extents: list[int |
     makes whole vectors and a scalar tail of it), the other spatial loops fused and parallel (their
     work unknown at build time: parallel, as for a large one). A reduction (a product of two activations: attention)
     runs its reduction loops outside the innermost spatial loop, so that the innermost loop walks the output row
-    and the second operand's row contiguously (vectorised where static, else left to LLVM's vectoriser)."""
+    and the second operand's row contiguously (vectorised where static, else left to LLVM's vectoriser). A block
+    annotated PARALLEL_LOOPS runs only that many outer spatial loops in parallel."""
     spatial = list(loops[:n_spatial])
     vector_loop = None
     reduction = list(loops[n_spatial:])
@@ -206,6 +210,9 @@ def _schedule_symbolic(sch: Any, blk: Any, loops: list[Any], extents: list[int |
             spatial[-1], vector_loop = sch.split(spatial[-1], factors=[None, width])
     elif n_spatial == len(loops) and n_spatial >= 2:
         spatial.pop()  # a symbolic innermost loop stays serial: LLVM vectorises it (fused, it would not be)
+    outer = sch.get(blk).annotations.get(PARALLEL_LOOPS)
+    if outer is not None:
+        spatial = spatial[:int(outer)]
     if spatial:
         sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
     if vector_loop is not None:

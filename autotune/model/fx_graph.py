@@ -220,25 +220,24 @@ def _dynamic_plan(gm: torch.fx.GraphModule, user: list[int]) -> tuple[dict[int, 
         sym = dims[i][d]
         if sym not in made:
             lo, hi = _size_range(placeholders(gm)[i].meta["example_value"].shape[d])
-            made[sym] = torch.export.Dim(f"d{len(made)}", min=lo, max=hi)
+            made[sym] = torch.export.Dim(f"d{len(made)}", min=lo, **({} if hi is None else {"max": hi}))
         return made[sym]
 
     shapes = {"inputs": tuple({d: dim(i, d) for d in dims[i]} if i in dims else None for i in user)}
     return sizes, shapes
 
 
-DEFAULT_MAX_SIZE = 4096  # a symbolic size's bound where Dynamo knows none (the dynamic kernels' plan table)
-
-
-def _size_range(size: torch.SymInt) -> tuple[int, int]:
-    """Dynamo's bounds of a symbolic size (its shape environment's), the upper one at most DEFAULT_MAX_SIZE."""
+def _size_range(size: torch.SymInt) -> tuple[int, int | None]:
+    """Dynamo's bounds of a symbolic size (its shape environment's); None for an upper one it does not know. No
+    bound is made up: TVM plans a model's memory for its sizes' upper bounds (an image of 4096 x 4096 pixels, at
+    every layer), and the dynamic kernels plan sizes without one as up to `dynamic.sites.DEFAULT_BOUNDS`."""
     from torch.utils._sympy.numbers import int_oo
 
     node = size.node
     bounds = node.shape_env.bound_sympy(node.expr)
     lo = 1 if bounds.lower in (-int_oo, int_oo) else max(int(bounds.lower), 1)
-    hi = DEFAULT_MAX_SIZE if bounds.upper in (-int_oo, int_oo) else min(int(bounds.upper), DEFAULT_MAX_SIZE)
-    return lo, max(hi, lo)
+    hi = None if bounds.upper in (-int_oo, int_oo) else int(bounds.upper)
+    return lo, None if hi is None else max(hi, lo)
 
 
 WEIGHT_PREFIX = "autotune_w_"
@@ -254,6 +253,20 @@ class Exported:
     key: str
     mutates: str = ""  # "BUFFER_MUTATION, ...": the graph writes its inputs or buffers in place
     unfit_output: str = ""  # why an output cannot come from a build (a view of an input, not a tensor)
+
+
+def _export(wrapper: torch.nn.Module, inputs: tuple[Any, ...], shapes: dict | None) -> Any:
+    """torch.export of the wrapper; where the symbolic sizes' ranges break a guard the trace holds (a convolution's
+    output not 1 pixel wide, which no range of its input states), again with those sizes `Dim.AUTO`: the guard
+    stays the program's own, the ranges are torch.export's (a constant where one is forced)."""
+    try:
+        return torch.export.export(wrapper, inputs, dynamic_shapes=shapes, strict=False)
+    except torch._dynamo.exc.UserError as err:
+        if shapes is None or "Constraints violated" not in str(err):
+            raise
+    auto = {"inputs": tuple(None if dims is None else dict.fromkeys(dims, torch.export.Dim.AUTO)
+                            for dims in shapes["inputs"])}
+    return torch.export.export(wrapper, inputs, dynamic_shapes=auto, strict=False)
 
 
 def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int], salt: str = "",
@@ -272,7 +285,7 @@ def export_graph(gm: torch.fx.GraphModule, args: Sequence[Any], static: set[int]
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            program = torch.export.export(wrapper, tuple(args[i] for i in user), dynamic_shapes=shapes, strict=False)
+            program = _export(wrapper, tuple(args[i] for i in user), shapes)
             program = program.run_decompositions(decompositions())  # core ATen, functional: mutations -> outputs
         except Exception as err:  # noqa: BLE001 - any export failure means: run eagerly
             raise Refused(f"torch.export failed: {one_line(err)}") from None
