@@ -1,5 +1,6 @@
 """A CNN with a dynamic image height and width: one dynamic build (each convolution as im2col and a dynamic dense)
-against static builds tuned per image size, PyTorch eager and Inductor (`dynamic=True`).
+against static builds tuned per image size, PyTorch eager, Inductor (`dynamic=True`) and autotune's torch.compile
+backend (`dynamic=True`, on the dynamic build's log).
 
 The CNN is four convolutions of a ResNet stem's sizes (3x3 of stride 2 to 32 channels, 3x3 to 64, 3x3 of stride 2,
 1x1 to 128; ReLUs between), random weights, batch 1. Dynamic: one export with the height and width each a
@@ -26,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _baselines import best_of
 from _common import reexec_clean, report
 from bench_dynamic import Times, _geo
-from bench_dynamic_model import _trials, dynamic_run, tune_runs
+from bench_dynamic_model import _trials, backend_line, dynamic_run, tune_runs
 
 SIZES = [(32, 32), (47, 61), (64, 64), (97, 97), (128, 96), (160, 160), (211, 157), (224, 224)]  # 47, 61, 97, 211,
 # 157 prime
@@ -76,22 +77,27 @@ def compare(args, model, times: Times) -> str:
     dyn_log = Path(args.work) / "dynamic" / "log.jsonl"
     dynamic = build_model(export(model, None), logs=[dyn_log])
     inductor = torch.compile(model, dynamic=True)
-    rows, vs_static, vs_eager, vs_inductor = [], [], [], []
+    backend = torch.compile(model, backend="autotune", dynamic=True, options={"logs": [str(dyn_log)]})
+    rows, vs_static, vs_eager, vs_inductor, backend_vs_eager = [], [], [], [], []
     for size in SIZES:
         static = build_model(export(model, size), logs=[Path(args.work) / _name(size) / "log.jsonl"])
         x = image(size, seed=size[0])
         with torch.no_grad():
             want = model(x).numpy()
-            for name, got in (("dynamic", dynamic(x)), ("static", static(x)), ("inductor", inductor(x).numpy())):
+            for name, got in (("dynamic", dynamic(x)), ("static", static(x)), ("inductor", inductor(x).numpy()),
+                              ("backend", backend(x).numpy())):
                 np.testing.assert_allclose(np.asarray(got), want, rtol=1e-3, atol=1e-3, err_msg=f"{name} {size}")
             dargs, sargs = dynamic.tvm_args(x), static.tvm_args(x)
-            t_dyn, t_static, t_eager, t_ind = best_of([lambda: dynamic.run_tvm(dargs), lambda: static.run_tvm(sargs),
-                                                        lambda: model(x), lambda: inductor(x)])
+            t_dyn, t_static, t_eager, t_ind, t_back = best_of([
+                lambda: dynamic.run_tvm(dargs), lambda: static.run_tvm(sargs), lambda: model(x), lambda: inductor(x),
+                lambda: backend(x)])
         vs_static.append(t_static / t_dyn)
         vs_eager.append(t_eager / t_dyn)
         vs_inductor.append(t_ind / t_dyn)
+        backend_vs_eager.append(t_eager / t_back)
         rows.append(f"| {size[0]}x{size[1]} | {t_dyn * 1e3:.3f} | {t_static * 1e3:.3f} | {t_eager * 1e3:.3f} | "
-                    f"{t_ind * 1e3:.3f} | {vs_static[-1]:.2f}x | {vs_eager[-1]:.2f}x | {vs_inductor[-1]:.2f}x |")
+                    f"{t_ind * 1e3:.3f} | {t_back * 1e3:.3f} | {vs_static[-1]:.2f}x | {vs_eager[-1]:.2f}x | "
+                    f"{vs_inductor[-1]:.2f}x |")
         print(rows[-1], flush=True)
     static_s = sum(times.get(_name(s)) for s in SIZES)
     static_trials = sum(_trials(Path(args.work) / _name(s) / "log.jsonl") for s in SIZES)
@@ -104,10 +110,12 @@ def compare(args, model, times: Times) -> str:
         f"{len(SIZES)} sizes): **1/{static_s / max(dyn_s, 1e-9):.0f}** of the time.",
         f"- Dynamic vs eager: geometric mean **{_geo(vs_eager):.2f}x**; vs Inductor (dynamic=True) "
         f"**{_geo(vs_inductor):.2f}x**.",
+        backend_line(backend_vs_eager, f"{len(SIZES)} sizes"),
         "", dynamic.report.summary().replace("\n", "\n    "),
     ]
-    return "\n".join(summary + ["", "| image | dynamic ms | static ms | eager ms | Inductor ms | dynamic vs static | "
-                                    "vs eager | vs Inductor |", "|---|---|---|---|---|---|---|---|", *rows])
+    return "\n".join(summary + ["", "| image | dynamic ms | static ms | eager ms | Inductor ms | backend ms | "
+                                    "dynamic vs static | vs eager | vs Inductor |",
+                                "|---|---|---|---|---|---|---|---|---|", *rows])
 
 
 def main() -> None:
@@ -141,7 +149,8 @@ def main() -> None:
          f"float32. Dynamic: one export with height and width in {RANGE[0]}..{RANGE[1]}, `tune_model` "
          f"{args.dynamic_trials} trials in rounds of an equal share per task, one build (each convolution as im2col "
          f"and a dynamic dense over its output pixels). Static: an export, `tune_model` {args.static_trials} trials "
-         "(rounds of 8) and a build per size. Inductor: `torch.compile(dynamic=True)`. Times: the least of 3 "
+         "(rounds of 8) and a build per size. Inductor: `torch.compile(dynamic=True)`. Backend: "
+         "`torch.compile(backend=\"autotune\", dynamic=True)` with the dynamic build's log. Times: the least of 3 "
          "interleaved medians of 5 samples; every output checked against eager."),
         "", body])
     report("dynamic_conv", text, write=not args.no_write)

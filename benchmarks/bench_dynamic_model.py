@@ -107,13 +107,21 @@ def tune_runs(args, runs, times: Times) -> None:
         print(f"{name}: {_trials(log)} trials, {times.get(name):.0f} s of tuning", flush=True)
 
 
+def backend_line(vs_eager: list[float], what: str) -> str:
+    """The summary line of autotune's torch.compile backend: its speed against eager and its builds."""
+    from autotune.torch_backend import STATS
+
+    return (f"- autotune's torch.compile backend (`dynamic=True`, the same log): geometric mean "
+            f"**{_geo(vs_eager):.2f}x** eager, {STATS.builds} builds for the {what} ({STATS.dynamic} of Dynamo's "
+            f"symbolic sizes, serving every size it covers; {STATS.fallbacks} eager fallbacks)"
+            + "".join(f"; {why}" for why in dict.fromkeys(STATS.reasons)) + ".")
+
+
 def compare(args, model, times: Times) -> str:
     import numpy as np
     import torch
 
     from autotune.model import build_model
-
-    import autotune.torch_backend as backend_stats
 
     dyn_log = Path(args.work) / "dynamic" / "log.jsonl"
     dynamic = build_model(export_dynamic(model, args.phase), logs=[dyn_log])
@@ -152,11 +160,7 @@ def compare(args, model, times: Times) -> str:
         f"{len(LENGTHS)} lengths): **1/{static_s / max(dyn_s, 1e-9):.0f}** of the time (goal: <= 1/20).",
         f"- Dynamic vs eager: geometric mean **{_geo(vs_eager):.2f}x** (goal >= 1.2x); vs Inductor (dynamic=True) "
         f"**{_geo(vs_inductor):.2f}x** (goal >= 1.0x).",
-        f"- autotune's torch.compile backend (`dynamic=True`, the same log): geometric mean "
-        f"**{_geo(backend_vs_eager):.2f}x** eager, {backend_stats.STATS.builds} builds for the {len(LENGTHS)} lengths "
-        f"({backend_stats.STATS.dynamic} of Dynamo's symbolic sizes, serving every length it covers; "
-        f"{backend_stats.STATS.fallbacks} eager fallbacks)"
-        + "".join(f"; {why}" for why in dict.fromkeys(backend_stats.STATS.reasons)) + ".",
+        backend_line(backend_vs_eager, f"{len(LENGTHS)} lengths"),
         "", dynamic.report.summary().replace("\n", "\n    "),
     ]
     length = "prompt length" if args.phase == "prefill" else "cache length"
