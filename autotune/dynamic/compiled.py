@@ -12,7 +12,8 @@ valid rows copied in, zeros after them; the valid rows copied out). So the modul
 
 The plan table holds the planner's plan of every size up to `TABLE_ROWS` (row m: how many whole pieces of
 each uKernel, the tail's uKernel, the tail's rows). A larger m first takes as many pieces of the tallest
-uKernel as bring it within the table, then the table's plan of the rest (`plan_of`, the same rule in Python).
+uKernel as bring it within the table, then the table's plan of the rest (`compose.extra_tallest`, the planner's
+rule too; `plan_of` is the compiled cover in Python).
 
 On a GPU (`gpu=True`) the host reads no table: device memory is not the host's. The table is cut to its
 shortest prefix after which every plan repeats the one a tallest piece before it (`periodic_rows`), and each
@@ -29,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .compose import PLANNED_ROWS, Planner
+from .compose import PLANNED_ROWS, Planner, extra_tallest
 
 TABLE_ROWS = PLANNED_ROWS  # sizes the plan table holds (80 kB for three uKernels): the ones the planner plans
 
@@ -43,13 +44,17 @@ class Cover:
     tail_rows: int  # 0: no tail
 
 
-def gpu_build_context() -> Any:
-    """The pass context to compile a module with CUDA dispatchers in: the current one without TVM's common
+def build_context(gpu: bool) -> Any:
+    """The pass context to compile a module with dynamic kernels in. On a GPU: the current one without TVM's common
     subexpression elimination, which, over a cover with more pieces of the tallest uKernel than the table holds,
     binds a subexpression where one guarded launch reads it and another uses it ("used, but not passed in as API
-    arguments"). nvcc eliminates common subexpressions of the kernels itself."""
+    arguments"); nvcc eliminates common subexpressions of the kernels itself. On a CPU: the current one as it is."""
+    import contextlib
+
     import tvm
 
+    if not gpu:
+        return contextlib.nullcontext()
     outer = tvm.transform.PassContext.current()
     return tvm.transform.PassContext(opt_level=outer.opt_level,
                                      config={**dict(outer.config), "tirx.disable_cse_tir": True})
@@ -70,18 +75,11 @@ def plan_table(planner: Planner, top: int) -> np.ndarray:
     return table
 
 
-def _extra_tallest(table_rows: int, tallest: int, m: Any) -> Any:
-    """Pieces of the tallest uKernel taken before the table's plan (0 within the table): m - extra * tallest
-    lands in the table's last `tallest` rows. Python ints or TIR expressions."""
-    top = table_rows - 1
-    over = m - top
-    return (over + tallest - 1) // tallest if isinstance(m, int) else _tir_extra(over, tallest)
-
-
-def _tir_extra(over: Any, tallest: int) -> Any:
+def _tir_extra_tallest(table_rows: int, tallest: int, m: Any) -> Any:
+    """`compose.extra_tallest` of a TIR size, the table's last row its top."""
     from tvm import tirx
 
-    return tirx.Max(tirx.floordiv(over + (tallest - 1), tallest), tirx.IntImm("int64", 0))
+    return tirx.Max(tirx.floordiv(m - (table_rows - 1) + (tallest - 1), tallest), tirx.IntImm("int64", 0))
 
 
 def periodic_rows(table: np.ndarray, heights: Sequence[int]) -> int:
@@ -114,7 +112,7 @@ def lookup(column: np.ndarray, index: Any) -> Any:
 def plan_of(table: np.ndarray, heights: Sequence[int], m: int) -> Cover:
     """The cover of size m the compiled function uses (the table's, with the tallest uKernel repeated above it)."""
     tallest = int(np.argmax(heights))
-    extra = max(0, _extra_tallest(table.shape[0], heights[tallest], m))
+    extra = extra_tallest(table.shape[0] - 1, heights[tallest], m)
     row = table[m - extra * heights[tallest]]
     n = len(heights)
     counts = [int(c) for c in row[:n]]
@@ -163,7 +161,7 @@ def cover_of(table: np.ndarray, heights: Sequence[int], m: Any, plan: Any = None
     def entry(col: int) -> Any:
         return lookup(table[:, col], rest) if plan is None else tirx.Cast("int64", plan[rest, col])
 
-    stmts: list[Any] = [tirx.Bind(extra, _extra_tallest(table.shape[0], heights[tallest], m)),
+    stmts: list[Any] = [tirx.Bind(extra, _tir_extra_tallest(table.shape[0], heights[tallest], m)),
                         tirx.Bind(rest, m - extra * heights[tallest])]
     counts = []
     for k in range(n):

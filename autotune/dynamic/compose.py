@@ -47,6 +47,12 @@ PLANNED_ROWS = 4096  # sizes planned exactly (the compiled plan table's); beyond
 # height, a size takes as many more pieces of the tallest as bring the rest into the last `tallest` planned sizes
 
 
+def extra_tallest(top: int, tallest: int, size: int) -> int:
+    """Pieces of the tallest uKernel (`tallest` rows) a size takes before the plan of the rest, which then lies in
+    the planned sizes' last `tallest` (up to `top`); 0 within them."""
+    return max(0, (size - top + tallest - 1) // tallest)
+
+
 class Planner:
     """Cheapest covering of any size by uKernels of given heights and per-call costs (exactly up to PLANNED_ROWS
     plus the tallest height; a larger size: pieces of the tallest, then the cover of the rest).
@@ -59,6 +65,7 @@ class Planner:
         if not heights or len(heights) != len(costs) or min(heights) < 1:
             raise ValueError("need one positive height and one cost per uKernel")
         self.heights, self.costs, self.pad_cost = list(heights), list(costs), pad_cost
+        self._tallest = self.heights.index(max(self.heights))
         self._best = [0.0]  # _best[m]: cheapest cover of m rows
         self._choice = [-1]  # uKernel of the last piece of that cover
         self._plans: dict[int, Plan] = {}
@@ -74,18 +81,17 @@ class Planner:
             self._best.append(best)
             self._choice.append(choice)
 
-    def extra_tallest(self, size: int) -> int:
-        """Pieces of the tallest uKernel a size takes before its planned rest (0 within the planned sizes)."""
-        top = PLANNED_ROWS + max(self.heights)
-        return max(0, -(-(size - top) // max(self.heights)))
+    def _extra(self, size: int) -> int:
+        """Pieces of the tallest uKernel `size` takes before its planned rest."""
+        tallest = self.heights[self._tallest]
+        return extra_tallest(PLANNED_ROWS + tallest, tallest, size)
 
     def cost(self, size: int) -> float:
         """Predicted seconds of the cheapest cover of `size` rows."""
-        extra = self.extra_tallest(size)
-        tallest = self.heights.index(max(self.heights))
-        rest = size - extra * self.heights[tallest]
+        extra = self._extra(size)
+        rest = size - extra * self.heights[self._tallest]
         self._grow(rest)
-        return self._best[rest] + extra * self.costs[tallest]
+        return self._best[rest] + extra * self.costs[self._tallest]
 
     def plan(self, size: int) -> Plan:
         """Pieces covering rows [0, size) exactly once: whole uKernels first, the padded one last."""
@@ -93,10 +99,9 @@ class Planner:
             raise ValueError(f"size must be >= 1, got {size}")
         plan = self._plans.get(size)
         if plan is None:
-            tallest = self.heights.index(max(self.heights))
-            whole: list[int] = [tallest] * self.extra_tallest(size)
+            whole: list[int] = [self._tallest] * self._extra(size)
             padded: tuple[int, int] | None = None
-            m = size - len(whole) * self.heights[tallest]
+            m = size - len(whole) * self.heights[self._tallest]
             self._grow(m)
             while m > 0:
                 k = self._choice[m]

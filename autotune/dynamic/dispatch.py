@@ -8,8 +8,6 @@ arrays not on a 64-byte boundary (TVM kernels assume it) are copied to aligned o
 
 from __future__ import annotations
 
-import contextlib
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +22,7 @@ from ..target import compile_kernel, use_target_threads
 from ..task import Task
 from ..measure.timing import time_calls
 from ..templates import relayout_array
-from .compiled import dispatch_func, gpu_build_context, plan_table
+from .compiled import build_context, dispatch_func, plan_table
 from .compose import Plan, Planner
 from .spec import DynamicSpec
 from .ukernels import CALL_OVERHEAD_S, op_cost, pad_cost_fn
@@ -118,7 +116,7 @@ class DynamicKernel:
             import tvm
 
             use_target_threads(self.spec.target)
-            with gpu_build_context() if self.gpu else contextlib.nullcontext():
+            with build_context(self.gpu):
                 self._executable = compile_kernel(tvm.IRModule({"main": self.func}), self.spec.target)
         return self._executable
 

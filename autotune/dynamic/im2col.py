@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.default_schedule import PARALLEL_LOOPS
-
-INJECTIVE = 2  # TVM's OpPatternKind kInjective
+from ..model.epilogue import INJECTIVE
+from ..model.relax_calls import rewrite_calls
 
 
 def match_symbolic_image(call: Any) -> bool:
@@ -94,34 +94,20 @@ def emit_conv_as_dense(builder: Any, call: Any) -> tuple[Any, list[Any]]:
     return out, [builder.lookup_binding(cols).args[0], out.args[0]]
 
 
-def lower_symbolic_convs(mod: Any) -> tuple[Any, int]:
-    """The module with every conv2d of a symbolic image size (`match_symbolic_image`) as im2col and a dense, and
-    how many it rewrote. The loop nests it adds are marked injective (FuseOps' analysis cannot tell from their
-    divided indices), so that FuseOps joins them with the elementwise operators around them."""
-    from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    count = 0
+def lower_symbolic_convs(mod: Any) -> Any:
+    """The module with every conv2d of a symbolic image size (`match_symbolic_image`) as im2col and a dense. The
+    loop nests it adds are marked injective (FuseOps' analysis cannot tell from their divided indices), so that
+    FuseOps joins them with the elementwise operators around them."""
     added: list[Any] = []
 
-    @mutator
-    class _Rewriter(PyExprMutator):
-        def visit_call_(self, call: Any) -> Any:
-            nonlocal count
-            call = super().visit_call_(call)
-            if not match_symbolic_image(call):
-                return call
-            count += 1
-            out, gvars = emit_conv_as_dense(self.builder_, call)
-            added.extend(gvars)
-            return out
+    def rewrite(builder: Any, call: Any, lookup: Any) -> Any | None:
+        if not match_symbolic_image(call):
+            return None
+        out, gvars = emit_conv_as_dense(builder, call)
+        added.extend(gvars)
+        return out
 
-    rewriter = _Rewriter(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    if not count:
-        return mod, 0
+    mod = rewrite_calls(mod, rewrite)
     for gv in added:
-        rewriter.builder_.update_func(gv, rewriter.builder_.get()[gv].with_attr("op_pattern", INJECTIVE))
-    return rewriter.builder_.get(), count
+        mod.update_func(gv, mod[gv].with_attr("op_pattern", INJECTIVE))
+    return mod

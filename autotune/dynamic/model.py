@@ -12,7 +12,7 @@ and scheduled as a static build's functions without a tuned kernel are. The modu
 
 from __future__ import annotations
 
-import contextlib
+import math
 import os
 import re
 import warnings
@@ -30,11 +30,12 @@ from ..operators import get_op
 from ..thread_pool import load_executable
 from ..target import (export_library, kernel_threads, parse_target, to_tvm_target,
                       use_target_threads, vector_unit)
-from .compiled import gpu_build_context
+from .compiled import build_context
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
 from .fusion import fuse_dispatch_groups
 from .symbolic_ops import rewrite_symbolic_ops
+from ..model.relax_calls import rewrite_calls
 from .sites import dynamic_specs, import_dynamic, match_site
 from .spec import DynamicSpec
 
@@ -137,7 +138,6 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase, shipped: bool
     sites and the dispatchers by function name; where `fuse`, each dispatcher has a tuned kernel's pattern, so that
     FuseOps groups it with its epilogue (`fusion.fuse_dispatch_groups`)."""
     from tvm import relax, tirx
-    from tvm.relax.expr_functor import PyExprMutator, mutator
 
     from ..model.epilogue import OUT_EWISE_FUSABLE
 
@@ -161,35 +161,29 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase, shipped: bool
                                                    else func, name)
         return gvars[key, fusable], kernels[key]
 
-    @mutator
-    class _Rewriter(PyExprMutator):
-        def visit_call_(self, call: Any) -> Any:
-            call = super().visit_call_(call)
-            site = match_site(call)
-            if site is None:
-                return call
-            # fused with its epilogue where its rows are one symbolic size (`fusion`: bound to each height)
-            gv, kernel = kernel_of(site.key, self.builder_, fuse and isinstance(site.rows, tirx.Var))
-            weight = site.weight_array()
-            fixed = [relax.const(u.fixed_operand(i, weight)) for u, f in zip(kernel.ukernels, kernel.params.fixed)
-                     for i, _ in f]
-            x = site.x
-            if len(site.lead) > 1:  # dense over the product of x's leading dimensions
-                x = self.builder_.emit(relax.op.reshape(x, [site.rows, x.ty.shape[-1]]))
-            params = {**dict(kernel.spec.fixed), kernel.spec.dim: site.rows}
-            shape = list(get_op(kernel.spec.op).output_shape(params))
-            table = [] if kernel.params.table is None else [relax.const(kernel.table)]  # on a GPU: in the code
-            out = relax.call_tir(gv, [x, *fixed, *table], relax.TensorType(shape, "float32"))
-            if len(site.lead) > 1:
-                return relax.op.reshape(self.builder_.emit(out), [*site.lead, shape[-1]])
-            return out
+    def rewrite(builder: Any, call: Any, lookup: Any) -> Any | None:
+        site = match_site(call)
+        if site is None:
+            return None
+        # fused with its epilogue where its rows are one symbolic size (`fusion`: bound to each height)
+        gv, kernel = kernel_of(site.key, builder, fuse and isinstance(site.rows, tirx.Var))
+        weight = site.weight_array()
+        fixed = [relax.const(u.fixed_operand(i, weight)) for u, f in zip(kernel.ukernels, kernel.params.fixed)
+                 for i, _ in f]
+        x = site.x
+        if len(site.lead) > 1:  # dense over the product of x's leading dimensions
+            x = builder.emit(relax.op.reshape(x, [site.rows, x.ty.shape[-1]]))
+        params = {**dict(kernel.spec.fixed), kernel.spec.dim: site.rows}
+        shape = list(get_op(kernel.spec.op).output_shape(params))
+        table = [] if kernel.params.table is None else [relax.const(kernel.table)]  # on a GPU: in the code
+        out = relax.call_tir(gv, [x, *fixed, *table], relax.TensorType(shape, "float32"))
+        if len(site.lead) > 1:
+            return relax.op.reshape(builder.emit(out), [*site.lead, shape[-1]])
+        return out
 
-    rewriter = _Rewriter(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    mod = rewrite_calls(mod, rewrite)
     by_name = {gv.name_hint: kernels[key] for (key, _), gv in gvars.items()}
-    return rewriter.builder_.get(), sites, by_name
+    return mod, sites, by_name
 
 
 def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), target: str | dict = "llvm",
@@ -206,7 +200,8 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     recs = TuningDatabase.of(records) if records is not None else TuningDatabase.open(logs)
     knowledge = Knowledge.load(tgt) if shipped else None
 
-    def lowered(fuse: bool) -> tuple[Any, list[DynamicSite], dict[str, int], Any]:
+    def built(fuse: bool) -> tuple[Any, list[DynamicSite], dict[str, int], Any]:
+        """(executable, sites, hand-written kernel calls, the static calls' report)."""
         mod, sites, dispatchers = rewrite_sites(import_dynamic(program, name), tgt, recs, shipped, fuse)
         # on a GPU, DLight's rules schedule attention's symbolic loop nests (they are written for them)
         mod, symbolic = (mod, {}) if gpu else rewrite_symbolic_ops(mod, vector_unit(tgt)[0])
@@ -218,29 +213,25 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
         for dispatcher, ops in epilogues.items():
             spec = dispatchers[dispatcher].spec
             next(site for site in sites if site.spec == spec).fused.extend(ops)
-        return mod, sites, symbolic, static
+        with build_context(gpu):
+            return compile_lowered(mod, to_tvm_target(tgt)), sites, symbolic, static
 
     try:
-        mod, sites, symbolic, static = lowered(fuse=True)
-        with gpu_build_context() if gpu else contextlib.nullcontext():
-            executable = compile_lowered(mod, to_tvm_target(tgt))
+        executable, sites, symbolic, static = built(fuse=True)
     except AutotuneError:
         raise
     except Exception as err:  # noqa: BLE001 - TVM refused a fused group: the unfused build is the known-good one
         warnings.warn(f"dynamic kernels' epilogue fusion failed ({type(err).__name__}: "
                       f"{str(err).strip().splitlines()[-1][:200] if str(err).strip() else ''}); built unfused",
                       stacklevel=2)
-        mod, sites, symbolic, static = lowered(fuse=False)
-        with gpu_build_context() if gpu else contextlib.nullcontext():
-            executable = compile_lowered(mod, to_tvm_target(tgt))
+        executable, sites, symbolic, static = built(fuse=False)
     return DynamicBuiltModel(name, executable, sites, static, input_descriptions(program), kernel_threads(tgt),
                              symbolic, tgt)
 
 
 def input_descriptions(program: Any) -> tuple[str, ...]:
-    """`x [1, s0 in 1..1024, 768] float32` for each user input of an ExportedProgram."""
-    import math
-
+    """`x [1, s0 in 1..1024, 768] float32` for each user input of an ExportedProgram (`s0 in 2..` without an upper
+    bound)."""
     ranges = {str(sym): (str(int(r.lower)), "" if math.isinf(float(r.upper)) else str(int(r.upper)))
               for sym, r in program.range_constraints.items()}
     user = set(program.graph_signature.user_inputs)

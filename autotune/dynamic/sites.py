@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from ..errors import AutotuneError
 from ..hardware import hardware_model
+from ..model.relax_calls import visit_calls
 from ..operators import get_op
 from ..task import Task
 from .compose import Planner
@@ -80,7 +80,7 @@ def import_dynamic(program: Any, name: str = "model") -> Any:
                                 f"{str(err).splitlines()[0] if str(err) else ''}") from None
     from .im2col import lower_symbolic_convs
 
-    return lower_symbolic_convs(relax.transform.FoldConstant()(fold_batch_norms(mod)))[0]
+    return lower_symbolic_convs(relax.transform.FoldConstant()(fold_batch_norms(mod)))
 
 
 @dataclass(frozen=True)
@@ -199,23 +199,6 @@ def size_range(ana: Any, expr: Any) -> tuple[int, int]:
     lo = int(b.min_value) if int(b.min_value) >= 1 else DEFAULT_BOUNDS[0]
     hi = int(b.max_value) if int(b.max_value) < 2**40 else DEFAULT_BOUNDS[1]
     return lo, max(lo, hi)
-
-
-def visit_calls(mod: Any, visit: Callable[[Any], None]) -> None:
-    """Call `visit` on every call of the module's Relax functions."""
-    from tvm import relax
-    from tvm.relax.expr_functor import PyExprVisitor, visitor
-
-    @visitor
-    class _Calls(PyExprVisitor):
-        def visit_call_(self, call: Any) -> None:
-            super().visit_call_(call)
-            visit(call)
-
-    calls = _Calls()
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            calls.visit_expr(func)
 
 
 def dynamic_specs(mod: Any, target: dict) -> dict[tuple, tuple[DynamicSpec, int]]:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..model.relax_calls import rewrite_calls
 from .sites import flat_size
 
 ROW_TILE = 4  # output rows per register tile
@@ -352,30 +353,18 @@ SYMBOLIC_OPS = {
 def rewrite_symbolic_ops(mod: Any, lanes: int = LANES) -> tuple[Any, dict[str, int]]:
     """The module with every call a `SYMBOLIC_OPS` entry matches on its kernels (vectors of `lanes` fp32, the
     target's), and how many calls each kernel takes (the kernels' names)."""
-    from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
     kernels: dict[str, Any] = {}
     counts: dict[str, int] = {}
 
-    @mutator
-    class _Rewriter(PyExprMutator):
-        def kernel_of(self, name: str, make: Callable[[int], Any]) -> Any:
+    def rewrite(builder: Any, call: Any, lookup: Callable[[Any], Any]) -> Any | None:
+        def kernel_of(name: str, make: Callable[[int], Any]) -> Any:
             if name not in kernels:
                 func = in_root_block(make(lanes)).with_attr("global_symbol", name)
-                kernels[name] = self.builder_.add_func(func, name)
+                kernels[name] = builder.add_func(func, name)
             counts[name] = counts.get(name, 0) + 1
             return kernels[name]
 
-        def visit_call_(self, call: Any) -> Any:
-            call = super().visit_call_(call)
-            op = SYMBOLIC_OPS.get(getattr(call.op, "name", ""))
-            if op is None or not op.matches(call):
-                return call
-            return op.emit(self.builder_, self.kernel_of, call, self.lookup_binding)
+        op = SYMBOLIC_OPS.get(getattr(call.op, "name", ""))
+        return op.emit(builder, kernel_of, call, lookup) if op is not None and op.matches(call) else None
 
-    rewriter = _Rewriter(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get(), counts
+    return rewrite_calls(mod, rewrite), counts

@@ -18,6 +18,7 @@ from typing import Any
 
 KERNEL = "autotune.kernel"  # block annotation: 1 on a tuned kernel's blocks, WRITE_BACK on the one writing its output
 WRITE_BACK = 2
+INJECTIVE = 2  # relax OpPatternKind.kInjective: fuses with the elementwise and injective ops around it
 OUT_EWISE_FUSABLE = 4  # relax OpPatternKind.kOutEWiseFusable: elementwise consumers fuse into it
 OPAQUE = 8  # relax OpPatternKind.kOpaque: FuseOps fuses nothing into it
 MAX_INT32 = 2**31 - 1

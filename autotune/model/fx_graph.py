@@ -236,8 +236,7 @@ def _size_range(size: torch.SymInt) -> tuple[int, int | None]:
     node = size.node
     bounds = node.shape_env.bound_sympy(node.expr)
     lo = 1 if bounds.lower in (-int_oo, int_oo) else max(int(bounds.lower), 1)
-    hi = None if bounds.upper in (-int_oo, int_oo) else int(bounds.upper)
-    return lo, None if hi is None else max(hi, lo)
+    return lo, None if bounds.upper in (-int_oo, int_oo) else max(int(bounds.upper), lo)
 
 
 WEIGHT_PREFIX = "autotune_w_"
