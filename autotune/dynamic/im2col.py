@@ -19,7 +19,7 @@ from typing import Any
 
 from ..model.default_schedule import PARALLEL_LOOPS
 from ..model.epilogue import INJECTIVE
-from ..model.relax_calls import rewrite_calls
+from ..model.rewrite import rewrite_calls
 
 
 def match_symbolic_image(call: Any) -> bool:

@@ -35,7 +35,7 @@ from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
 from .fusion import fuse_dispatch_groups
 from .symbolic_ops import rewrite_symbolic_ops
-from ..model.relax_calls import rewrite_calls
+from ..model.rewrite import rewrite_calls
 from .sites import dynamic_specs, import_dynamic, match_site
 from .spec import DynamicSpec
 

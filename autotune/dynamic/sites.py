@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import AutotuneError
 from ..hardware import hardware_model
-from ..model.relax_calls import visit_calls
+from ..model.rewrite import visit_calls
 from ..operators import get_op
 from ..task import Task
 from .compose import Planner

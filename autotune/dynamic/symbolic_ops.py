@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.relax_calls import rewrite_calls
+from ..model.rewrite import rewrite_calls
 from .sites import flat_size
 
 ROW_TILE = 4  # output rows per register tile
