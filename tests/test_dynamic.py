@@ -288,8 +288,8 @@ def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
     built = build_model(program, logs=[log])
     summary = built.report.summary()
     assert "1 of 2 dynamic layers use tuned uKernels" in summary, summary
-    assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs (the epilogue in their " \
-           "write-back: relu)" in summary, summary
+    assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs; 2 and 1 rows derived from " \
+           "the smallest (the epilogue in their write-back: relu)" in summary, summary
     assert "dense(batch=1..300,in_features=64,out_features=16): uKernels on" in summary
     assert "(the epilogue in their write-back: add, strided_slice)" in summary or \
            "(the epilogue in their write-back: strided_slice, add)" in summary, summary
@@ -524,3 +524,30 @@ def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):
         x = rng.integers(-128, 128, (rows, 64)).astype(np.int8)
         y = kernel(x, w)
         assert y.dtype == np.int32 and np.array_equal(y, x.astype(np.int32) @ w.astype(np.int32).T), rows
+
+
+def test_the_range_low_end_gets_ukernels_of_its_rows_derived_from_the_smallest():
+    """A range from one row gets uKernels of 1 and 2 rows with no tuning: the smallest uKernel's config mapped onto
+    their spaces (the weight packed alike: the module holds one copy), their planner costs below the smallest's. One row
+    then runs on the 1-row uKernel, not a padded piece of a taller one, and every size still matches numpy."""
+    from autotune.dynamic.dispatch import DynamicKernel
+    from autotune.dynamic.load import default_ukernels, low_end_ukernels
+
+    spec = parse_dynamic("dense", "batch=1..200,in_features=64,out_features=48")
+    ukernels, _ = default_ukernels(spec, shipped=False, heights=[32, 8])
+    low = low_end_ukernels(spec, ukernels)
+    assert [u.height for u in low] == [2, 1]
+    smallest = ukernels[-1]
+    assert all(u.mean_s < smallest.mean_s for u in low)
+    rng = np.random.default_rng(4)
+    w = rng.uniform(-1, 1, (48, 64)).astype("float32")
+    packed = [u.fixed_operand(1, w) for u in (smallest, *low)]
+    assert all(np.array_equal(p, packed[0]) for p in packed)
+    kernel = DynamicKernel(spec, ukernels + low)
+    assert [(p.height, p.padded) for p in kernel.plan(1).pieces] == [(1, False)]
+    for m in (1, 2, 3, 5, 7, 9, 41, 200):
+        x = rng.uniform(-1, 1, (m, 64)).astype("float32")
+        np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
+    assert low_end_ukernels(parse_dynamic("dense", "batch=8..200,in_features=64,out_features=48"), ukernels) == []
+    cuda = parse_dynamic("dense", "batch=1..200,in_features=64,out_features=48", target="cuda")
+    assert low_end_ukernels(cuda, ukernels) == []

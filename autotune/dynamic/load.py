@@ -85,6 +85,32 @@ def default_ukernels(spec: DynamicSpec, shipped: bool = True,
 NEAR = 2.0  # a logged uKernel within this factor of a chosen height stands in for it
 
 
+def low_end_ukernels(spec: DynamicSpec, ukernels: Sequence[UKernel]) -> list[UKernel]:
+    """On a CPU, uKernels of the range's lowest sizes (`spec.lo` and twice it) below the smallest of `ukernels`,
+    derived from it with no tuning: a few rows of a GEMM stream its weight once, so a kernel of exactly those rows
+    takes about the time of a matrix-vector product, where a padded piece of the smallest uKernel computes every
+    row of its height. Each takes the smallest's config mapped onto its space (its tiles over the weight kept, the
+    register tile cut to its rows: the weight packed alike, one copy for all); its planner cost is the smallest's
+    time scaled by the hardware model's prediction."""
+    if spec.target.get("kind") != "llvm" or not ukernels:
+        return []
+    smallest = min(ukernels, key=lambda u: u.height)
+    if smallest.template is None or smallest.config is None:
+        return []
+    hw, cost = hardware_model(spec.target), op_cost(spec)
+    out = []
+    for h in sorted({spec.lo, 2 * spec.lo}, reverse=True):
+        if h >= smallest.height:
+            continue
+        task = spec.task(h)
+        space = space_of(smallest.template, task)
+        config = space.get(space.nearest(smallest.config.knobs)[0])
+        mean_s = smallest.mean_s * predict_time(hw, cost, h) / predict_time(hw, cost, smallest.height)
+        out.append(UKernel(h, task, smallest.template.kernel(task, config)["main"], mean_s, None,
+                           smallest.template, config))
+    return out
+
+
 def model_ukernels(spec: DynamicSpec, records: TuningDatabase, shipped: bool = True) -> tuple[list[UKernel], str]:
     """(uKernels, where they come from) of a model's dynamic site: the records' uKernels, and for each height the
     analytic model chooses that they lack, none of theirs within a factor NEAR of it (a model tuned with a small
