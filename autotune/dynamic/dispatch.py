@@ -189,7 +189,7 @@ class DynamicKernel:
         for u in self.ukernels:
             gf = u.task.flops / u.mean_s / 1e9
             lines.append(f"  uKernel {self.spec.dim}={u.height:<5d} {u.task.key}  {u.mean_s * 1e3:.4f} ms  "
-                         f"{gf:.1f} GFLOPS  config #{u.record.input.config.index if u.record else '?'}")
+                         f"{gf:.1f} GFLOPS  " + (f"config #{u.record.input.config.index}" if u.record else "not tuned"))
         for m in sizes:
             p = self.plan(m)
             flops = self.spec.task(m).flops

@@ -133,7 +133,8 @@ def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | Dynamic
     log(s).
 
     Every task of the operator with the same fixed parameters and target is used as a uKernel
-    (its best valid config), unless `heights` names the ones to use.
+    (its best valid config), with the range's low end derived from the smallest (`low_end_ukernels`), unless
+    `heights` names the ones to use.
     """
     spec = op if isinstance(op, DynamicSpec) else parse_dynamic(op, shape or "", dtype, target=target)
     db = TuningDatabase.open(log)
@@ -142,4 +143,5 @@ def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | Dynamic
         stale = any(spec.matches(r.task) and r.result.ok for r in db)
         raise AutotuneError(f"no valid uKernel record of {spec} in {log}"
                             + (" made by the current template version (re-tune)" if stale else ""))
-    return DynamicKernel(spec, make_ukernels(spec, best, heights))
+    ukernels = make_ukernels(spec, best, heights)
+    return DynamicKernel(spec, ukernels + (low_end_ukernels(spec, ukernels) if heights is None else []))
