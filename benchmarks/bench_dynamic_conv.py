@@ -10,8 +10,13 @@ sizes). Both start from the shipped knowledge, as a user's run does. Every outpu
 contenders are timed interleaved (the least of 3 medians of 5 samples) in one process. Tuning logs and wall times
 live under --work (re-running resumes).
 
+`--model mobile`: a MobileNetV2 stem instead (3x3 of stride 2 to 32 channels, a depthwise 3x3, 1x1 to 16, 1x1 to
+96, a depthwise 3x3 of stride 2, 1x1 to 24; ReLU6 between): its depthwise convolutions on the hand-written kernel of
+symbolic sizes (`dynamic.symbolic_ops.depthwise_func`) in the dynamic build, on tuned tasks in the static ones.
+
     python benchmarks/bench_dynamic_conv.py               # tune, build, time, check (about 20 min)
     python benchmarks/bench_dynamic_conv.py --no-tune     # build and time from the logs
+    python benchmarks/bench_dynamic_conv.py --model mobile
 """
 
 from __future__ import annotations
@@ -41,6 +46,24 @@ def cnn():
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1),
                          nn.ReLU(), nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(64, 128, 1)).eval()
+
+
+def mobile():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU6(),
+                         nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.ReLU6(), nn.Conv2d(32, 16, 1),
+                         nn.Conv2d(16, 96, 1), nn.ReLU6(), nn.Conv2d(96, 96, 3, stride=2, padding=1, groups=96),
+                         nn.ReLU6(), nn.Conv2d(96, 24, 1)).eval()
+
+
+MODELS = {"resnet": (cnn, "Four convolutions of a ResNet stem's sizes", "each convolution as im2col and a dynamic "
+                     "dense over its output pixels"),
+          "mobile": (mobile, "A MobileNetV2 stem (six convolutions, two of them depthwise)", "each convolution of one "
+                     "group as im2col and a dynamic dense over its output pixels, the depthwise ones on the "
+                     "hand-written kernel of symbolic sizes")}
 
 
 def image(size: tuple[int, int], seed: int = 0):
@@ -123,12 +146,15 @@ def main() -> None:
     ap.add_argument("--static-trials", type=int, default=64, help="tune-model trials of each image size's build")
     ap.add_argument("--dynamic-trials", type=int, default=48, help="tune-model trials of the dynamic build")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--work", default="benchmarks/work/dynamic_conv", help="logs and tuning times")
+    ap.add_argument("--model", choices=sorted(MODELS), default="resnet")
+    ap.add_argument("--work", help="logs and tuning times (default: benchmarks/work/dynamic_conv[_mobile])")
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="print tune-model's progress")
     ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
     args = ap.parse_args()
     reexec_clean(args.threads)
+    suffix = "" if args.model == "resnet" else f"_{args.model}"
+    args.work = args.work or f"benchmarks/work/dynamic_conv{suffix}"
     warnings.simplefilter("ignore")
     import torch
     import tvm
@@ -136,24 +162,26 @@ def main() -> None:
     from autotune.target import cpu_name, host_llvm_target
 
     torch.set_num_threads(args.threads)
-    model = cnn()
+    make, what, how = MODELS[args.model]
+    model = make()
     times = Times(Path(args.work) / "tuning_times.json")
     if not args.no_tune:
         tune(args, model, times)
     body = compare(args, model, times)
     text = "\n".join([
-        "## A CNN with a dynamic image size: one dynamic build vs static builds per size "
+        f"## A {'CNN' if args.model == 'resnet' else 'MobileNetV2 stem'} with a dynamic image size: one dynamic build "
+        "vs static builds per size "
         "(`benchmarks/bench_dynamic_conv.py`)", "",
         (f"CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads (TVM and torch); TVM "
-         f"{tvm.__version__}, torch {torch.__version__}. Four convolutions of a ResNet stem's sizes, batch 1, "
+         f"{tvm.__version__}, torch {torch.__version__}. {what}, batch 1, "
          f"float32. Dynamic: one export with height and width in {RANGE[0]}..{RANGE[1]}, `tune_model` "
-         f"{args.dynamic_trials} trials in rounds of an equal share per task, one build (each convolution as im2col "
-         f"and a dynamic dense over its output pixels). Static: an export, `tune_model` {args.static_trials} trials "
+         f"{args.dynamic_trials} trials in rounds of an equal share per task, one build ({how}). Static: an "
+         f"export, `tune_model` {args.static_trials} trials "
          "(rounds of 8) and a build per size. Inductor: `torch.compile(dynamic=True)`. Backend: "
          "`torch.compile(backend=\"autotune\", dynamic=True)` with the dynamic build's log. Times: the least of 3 "
          "interleaved medians of 5 samples; every output checked against eager."),
         "", body])
-    report("dynamic_conv", text, write=not args.no_write)
+    report(f"dynamic_conv{suffix}", text, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -117,3 +117,23 @@ def test_rewrite_takes_symbolic_products_and_softmax_only():
         np.testing.assert_allclose(got[2].numpy(), p.reshape(2, size, size) @ args[3], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(got[3].numpy(), args[3] @ args[3].transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
         assert got[1].numpy().shape == (4, 4)
+
+
+# (window, strides, top-left padding, dilation, h, w): vector columns with edges, strided taps, rows narrower than
+# a vector (every column checked), padding beyond the window's reach, more rows than one job's
+@pytest.mark.parametrize("window, strides, padding, dilation, h, w", [
+    ((3, 3), (1, 1), (1, 1), (1, 1), 17, 40), ((3, 3), (2, 2), (1, 1), (1, 1), 33, 50),
+    ((5, 5), (1, 1), (2, 2), (1, 1), 9, 7), ((3, 3), (1, 1), (2, 2), (2, 2), 30, 31),
+    ((3, 1), (2, 1), (0, 0), (1, 1), 20, 45), ((1, 1), (1, 1), (0, 0), (1, 1), 3, 1)])
+def test_depthwise_conv2d_matches_torch_at_any_size(window, strides, padding, dilation, h, w):
+    torch = pytest.importorskip("torch")
+    from autotune.dynamic.symbolic_ops import depthwise_func
+
+    lib = _compiled(depthwise_func(window, strides, padding, dilation, lanes=8))
+    rng = np.random.default_rng(h * w)
+    x, wt = rng.standard_normal((2, 5, h, w), "float32"), rng.standard_normal((5, 1, *window), "float32")
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(wt), stride=strides, padding=padding,
+                                      dilation=dilation, groups=5).numpy()
+    out = tvm.runtime.tensor(np.full(want.shape, np.nan, "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(wt), out)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -62,13 +62,13 @@ def batch_matmul_func(lanes: int = LANES, dtype: str = "float32") -> Any:
 
         @T.macro
         def body(A, B, C, nb, m, n, kd):
-            row_tiles = (m + T.int64(rows - 1)) // T.int64(rows)
-            col_tiles = (n + T.int64(width - 1)) // T.int64(width)
+            row_tiles: T.let = (m + T.int64(rows - 1)) // T.int64(rows)
+            col_tiles: T.let = (n + T.int64(width - 1)) // T.int64(width)
             for job in T.parallel(nb * row_tiles):
-                bi = job // row_tiles
-                i0 = T.min(job % row_tiles * T.int64(rows), m - T.int64(rows))  # the last tile overlaps
+                bi: T.let = job // row_tiles
+                i0: T.let = T.min(job % row_tiles * T.int64(rows), m - T.int64(rows))  # the last tile overlaps
                 for jt in range(col_tiles):
-                    j0 = T.min(jt * T.int64(width), n - T.int64(width))
+                    j0: T.let = T.min(jt * T.int64(width), n - T.int64(width))
                     tile(A, B, C, bi, i0, j0, bi, j0, kd)
         return body
 
@@ -117,16 +117,16 @@ def batch_matmul_nt_func(k: int, lanes: int = LANES, dtype: str = "float32") -> 
 
         @T.macro
         def body(A, Bt, C, nb, m, n):
-            row_tiles = (m + T.int64(rows - 1)) // T.int64(rows)
-            col_tiles = (n + T.int64(width - 1)) // T.int64(width)
+            row_tiles: T.let = (m + T.int64(rows - 1)) // T.int64(rows)
+            col_tiles: T.let = (n + T.int64(width - 1)) // T.int64(width)
             for job in T.parallel(nb * col_tiles):
-                bi = job // col_tiles
-                j0 = T.min(job % col_tiles * T.int64(width), n - T.int64(width))  # the last tile overlaps
+                bi: T.let = job // col_tiles
+                j0: T.let = T.min(job % col_tiles * T.int64(width), n - T.int64(width))  # the last tile overlaps
                 panel = T.alloc_buffer((1, k, width), dtype, scope="local")
                 for v, kk in T.grid(width, k):
                     panel[0, kk, v] = Bt[bi, j0 + v, kk]
                 for it in range(row_tiles):
-                    i0 = T.min(it * T.int64(rows), m - T.int64(rows))
+                    i0: T.let = T.min(it * T.int64(rows), m - T.int64(rows))
                     tile(A, panel, C, bi, i0, j0, 0, 0, k)
         return body
 
@@ -189,7 +189,7 @@ def softmax_func(lanes: int = LANES) -> Any:
         rows, n = T.int64(), T.int64()
         X = T.match_buffer(x, (rows, n), "float32")
         Y = T.match_buffer(y, (rows, n), "float32")
-        whole = n // T.int64(lanes)
+        whole: T.let = n // T.int64(lanes)
         for r in T.parallel(rows):
             vec = T.alloc_buffer((lanes,), "float32", scope="local")
             one = T.alloc_buffer((2,), "float32", scope="local")  # the row's max, then its sum
@@ -223,6 +223,71 @@ def softmax_func(lanes: int = LANES) -> Any:
                 Y[r, whole * T.int64(lanes) + j] = Y[r, whole * T.int64(lanes) + j] * one[1]
 
     return softmax
+
+
+DEPTHWISE_ROWS = 8  # output rows per parallel job of the depthwise kernel (its accumulators allocated per job)
+
+
+def depthwise_func(window: tuple[int, int], strides: tuple[int, int], padding: tuple[int, int],
+                   dilation: tuple[int, int], lanes: int = LANES, dtype: str = "float32") -> Any:
+    """Y = depthwise conv2d(X, W) for X [batch, c, h, w], W [c, 1, R, S], Y [batch, c, oh, ow] (NCHW, one filter
+    per channel), every size symbolic; `padding` is the top and left one (the bottom and right follow from oh and
+    ow). A parallel loop over (batch, channel, DEPTHWISE_ROWS output rows); in a row, the columns whose window lies
+    inside the row in vectors of `lanes` outputs (the last vector overlapping the one before it), each tap a vector
+    of the input row (strided by the column stride) times the tap's weight; the columns at the edges, and rows
+    shorter than a vector, one output at a time with their taps checked against the image."""
+    from tvm.script import tirx as T
+
+    R, S = window
+    sh, sw = strides
+    ph, pw = padding
+    dh, dw = dilation
+    first = (pw + sw - 1) // sw  # the first column whose window starts inside the row
+    rows = DEPTHWISE_ROWS
+
+    @T.prim_func
+    def depthwise(x: T.handle, w: T.handle, y: T.handle):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        nb, c, h, wd, oh, ow = T.int64(), T.int64(), T.int64(), T.int64(), T.int64(), T.int64()
+        X = T.match_buffer(x, (nb, c, h, wd), dtype)
+        W = T.match_buffer(w, (c, 1, R, S), dtype)
+        Y = T.match_buffer(y, (nb, c, oh, ow), dtype)
+        # columns [lo, hi) in vectors: those whose window lies inside the row, where there are a vector's worth
+        last: T.let = T.min((wd - T.int64(1 + (S - 1) * dw - pw)) // T.int64(sw) + T.int64(1), ow)
+        lo: T.let = T.if_then_else(last - T.int64(first) >= T.int64(lanes), T.int64(first), T.int64(0))
+        hi: T.let = T.if_then_else(last - T.int64(first) >= T.int64(lanes), last, T.int64(0))
+        blocks: T.let = (oh + T.int64(rows - 1)) // T.int64(rows)
+        for job in T.parallel(nb * c * blocks):
+            b: T.let = job // (c * blocks)
+            ch: T.let = job // blocks % c
+            acc = T.alloc_buffer((lanes,), dtype, scope="local")
+            one = T.alloc_buffer((1,), dtype, scope="local")
+            for ii in range(T.min(T.int64(rows), oh - job % blocks * T.int64(rows))):
+                i: T.let = job % blocks * T.int64(rows) + ii
+                for t in range((hi - lo + T.int64(lanes - 1)) // T.int64(lanes)):
+                    j0: T.let = T.min(lo + t * T.int64(lanes), hi - T.int64(lanes))
+                    for v in T.vectorized(lanes):
+                        acc[v] = T.cast(0, dtype)
+                    for r in T.unroll(R):
+                        ih: T.let = i * T.int64(sh) + T.int64(r * dh - ph)
+                        if ih >= T.int64(0) and ih < h:
+                            for q in T.unroll(S):
+                                for v in T.vectorized(lanes):
+                                    acc[v] = acc[v] + X[b, ch, ih, (j0 + v) * T.int64(sw) + T.int64(q * dw - pw)] \
+                                        * W[ch, 0, r, q]
+                    for v in T.vectorized(lanes):
+                        Y[b, ch, i, j0 + v] = acc[v]
+                for e in range(lo + ow - hi):  # the edge columns: [0, lo) and [hi, ow)
+                    j: T.let = T.if_then_else(e < lo, e, hi + e - lo)
+                    one[0] = T.cast(0, dtype)
+                    for r, q in T.grid(R, S):
+                        ih: T.let = i * T.int64(sh) + T.int64(r * dh - ph)
+                        iw: T.let = j * T.int64(sw) + T.int64(q * dw - pw)
+                        if ih >= T.int64(0) and ih < h and iw >= T.int64(0) and iw < wd:
+                            one[0] = one[0] + X[b, ch, ih, iw] * W[ch, 0, r, q]
+                    Y[b, ch, i, j] = one[0]
+
+    return depthwise
 
 
 def _symbolic(shape: Any) -> bool:
@@ -323,6 +388,40 @@ def emit_softmax(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], 
     return relax.op.reshape(out, shape)
 
 
+def match_depthwise(call: Any) -> bool:
+    """A float32 depthwise conv2d (NCHW, OIHW weight [C, 1, R, S], one group per channel) of which a size of the
+    input is symbolic."""
+    from tvm import tirx
+
+    if len(call.args) != 2:
+        return False
+    x, w = call.args
+    a = call.attrs
+    shape, w_shape = (list(getattr(v.ty, "shape", None) or []) for v in (x, w))
+    if len(shape) != 4 or len(w_shape) != 4 or str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32":
+        return False
+    if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != ("NCHW", "OIHW", "NCHW"):
+        return False
+    if str(a.out_dtype) not in ("", "float32") or not all(isinstance(d, tirx.IntImm) for d in w_shape):
+        return False
+    groups, (k, per_group) = int(a.groups), (int(d) for d in w_shape[:2])
+    return groups > 1 and k == groups and per_group == 1 and _same(shape[1], groups) and _symbolic(shape)
+
+
+def emit_depthwise(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], Any], call: Any,
+                   lookup: Callable[[Any], Any]) -> Any:
+    """The depthwise convolution on `depthwise_func` of its window, strides, top-left padding and dilation."""
+    from tvm import relax
+
+    a = call.attrs
+    window = tuple(int(d) for d in list(call.args[1].ty.shape)[2:])
+    strides, dilation = (tuple(int(v) for v in vals) for vals in (a.strides, a.dilation))
+    padding = tuple(int(v) for v in list(a.padding)[:2])
+    name = "dynamic_depthwise_" + "_".join("x".join(map(str, v)) for v in (window, strides, padding, dilation))
+    gv = kernel_of(name, lambda lanes: depthwise_func(window, strides, padding, dilation, lanes))
+    return relax.call_tir(gv, list(call.args), relax.TensorType(list(call.ty.shape), "float32"))
+
+
 def in_root_block(func: Any) -> Any:
     """The PrimFunc with its body in an opaque root block, as Relax's passes expect of a call_tir's function (its
     loops stay as written)."""
@@ -347,6 +446,7 @@ class SymbolicOp:
 SYMBOLIC_OPS = {
     "relax.matmul": SymbolicOp(match_product, emit_product),
     "relax.nn.softmax": SymbolicOp(match_softmax, emit_softmax),
+    "relax.nn.conv2d": SymbolicOp(match_depthwise, emit_depthwise),
 }
 
 
