@@ -110,3 +110,34 @@ def test_windows_run_in_parallel_over_output_pixels_only():
         stmt = stmt.body
     assert how == "generic" and [k for k, _ in kinds] == ["PARALLEL", "SERIAL", "SERIAL", "VECTORIZED"]
     assert [int(e) for _, e in kinds[1:]] == [9, 4, 8]
+
+
+def test_rows_back_to_nchw_walk_the_channels_inside_the_pixels():
+    """The rows [N*OH*OW, K] read as [N, K, OH, OW] (a transpose): the channel loop runs inside the image rows, next
+    to the pixel loop, so that the rows one image row reads stay in cache over every channel; numbers unchanged."""
+    import tvm
+    from tvm import te, tirx
+
+    from autotune.dynamic.im2col import rows_to_nchw
+    from autotune.model.default_schedule import generic_schedule
+
+    h, w = tirx.Var("h", "int64"), tirx.Var("w", "int64")
+    rows = te.placeholder((h * w, 24), name="rows")
+    out = rows_to_nchw(rows, (1, 24, h, w))
+    func, how = generic_schedule(te.create_prim_func([rows, out]), tvm.target.Target("llvm"), lanes=8)
+    loops, stmt = [], func.body
+    while not isinstance(stmt, tirx.For):
+        stmt = stmt.block.body if hasattr(stmt, "block") else stmt.body
+    while isinstance(stmt, tirx.For):
+        loops.append(stmt)
+        stmt = stmt.body
+    assert how == "generic" and [tirx.ForKind(int(f.kind)).name for f in loops] == ["PARALLEL", "SERIAL"]
+    channel = stmt.iter_values[1]  # the block's binding of its channel axis
+    channel = channel.value if isinstance(channel, tirx.Cast) else channel
+    # the parallel loop fuses (image row, channel), channels fastest: the channel is the fused index modulo 24
+    assert isinstance(channel, tirx.FloorMod) and int(channel.b) == 24, channel
+    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
+    y = np.random.default_rng(0).standard_normal((7 * 9, 24), "float32")
+    got = tvm.runtime.tensor(np.zeros((1, 24, 7, 9), "float32"))
+    lib["main"](tvm.runtime.tensor(y), got)
+    np.testing.assert_array_equal(got.numpy(), y.reshape(1, 7, 9, 24).transpose(0, 3, 1, 2))

@@ -184,6 +184,19 @@ def _walks_rows(sch: Any, blk: Any, n_spatial: int) -> bool:
     return False
 
 
+def _row_walk(sch: Any, blk: Any, extents: list[int | None], n_spatial: int) -> int | None:
+    """The outer spatial loop (of a static extent) along which some buffer's last axis is read, where the innermost
+    loop walks other rows of it (a transpose: rows [P, K] read as [N, K, OH, OW]), else None."""
+    block = sch.get(blk)
+    names = [iv.var for iv in block.iter_vars[:n_spatial - 1]]
+    for region in block.reads:
+        last = region.region[-1].min if region.region else None
+        for k, var in enumerate(names):
+            if last is not None and getattr(last, "same_as", None) and last.same_as(var) and extents[k] is not None:
+                return k
+    return None
+
+
 def _schedule_symbolic(sch: Any, blk: Any, loops: list[Any], extents: list[int | None], n_spatial: int,
                        lanes: int) -> bool:
     """A loop nest with a symbolic extent (a model exported with a dynamic size): the innermost loop vectorised
@@ -192,10 +205,17 @@ def _schedule_symbolic(sch: Any, blk: Any, loops: list[Any], extents: list[int |
     work unknown at build time: parallel, as for a large one). A reduction (a product of two activations: attention)
     runs its reduction loops outside the innermost spatial loop, so that the innermost loop walks the output row
     and the second operand's row contiguously (vectorised where static, else left to LLVM's vectoriser). A block
-    annotated PARALLEL_LOOPS runs only that many outer spatial loops in parallel."""
+    annotated PARALLEL_LOOPS runs only that many outer spatial loops in parallel. Where an outer loop walks some
+    buffer's last axis (`_row_walk`: a transpose), it moves next to the innermost one, so that the rows the innermost
+    loop reads stay in cache while that loop walks along them."""
     spatial = list(loops[:n_spatial])
     vector_loop = None
     reduction = list(loops[n_spatial:])
+    walk = _row_walk(sch, blk, extents, n_spatial) if not reduction and n_spatial >= 3 else None
+    if walk is not None and walk < n_spatial - 2:
+        order = [*spatial[:walk], *spatial[walk + 1:-1], spatial[walk], spatial[-1]]
+        sch.reorder(*order)
+        spatial = order
     if reduction and n_spatial >= 2 and _walks_rows(sch, blk, n_spatial):
         inner = spatial.pop()
         sch.reorder(*reduction, inner)
