@@ -171,30 +171,25 @@ def schedule_block(sch: Any, blk: Any, lanes: int, tail: bool = True) -> bool:
     return True
 
 
+def _last_axis_reads(sch: Any, blk: Any) -> list[Any]:
+    """The expressions that index the last axis of each buffer the block reads (the axis it reads contiguously)."""
+    return [region.region[-1].min for region in sch.get(blk).reads if region.region]
+
+
 def _walks_rows(sch: Any, blk: Any, n_spatial: int) -> bool:
     """Whether a reduction block reads some buffer along its innermost spatial variable (its last index: a
     product's second operand, B[k, j]), so that the reduction is better outside that loop; a row's reduction
     (softmax's max and sum, x[i, k]) reads along the reduction and keeps it innermost."""
-    block = sch.get(blk)
-    inner = block.iter_vars[n_spatial - 1].var
-    for region in block.reads:
-        last = region.region[-1].min if region.region else None
-        if last is not None and getattr(last, "same_as", None) and last.same_as(inner):
-            return True
-    return False
+    inner = sch.get(blk).iter_vars[n_spatial - 1].var
+    return any(last.same_as(inner) for last in _last_axis_reads(sch, blk))
 
 
 def _row_walk(sch: Any, blk: Any, extents: list[int | None], n_spatial: int) -> int | None:
-    """The outer spatial loop (of a static extent) along which some buffer's last axis is read, where the innermost
-    loop walks other rows of it (a transpose: rows [P, K] read as [N, K, OH, OW]), else None."""
-    block = sch.get(blk)
-    names = [iv.var for iv in block.iter_vars[:n_spatial - 1]]
-    for region in block.reads:
-        last = region.region[-1].min if region.region else None
-        for k, var in enumerate(names):
-            if last is not None and getattr(last, "same_as", None) and last.same_as(var) and extents[k] is not None:
-                return k
-    return None
+    """The outer spatial loop (of a static extent) that indexes the last axis of some buffer the block reads (a
+    transpose: rows [P, K] read as [N, K, OH, OW]), else None."""
+    outer = [iv.var for iv in sch.get(blk).iter_vars[:n_spatial - 1]]
+    return next((k for last in _last_axis_reads(sch, blk) for k, var in enumerate(outer)
+                 if last.same_as(var) and extents[k] is not None), None)
 
 
 def _schedule_symbolic(sch: Any, blk: Any, loops: list[Any], extents: list[int | None], n_spatial: int,
