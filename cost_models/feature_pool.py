@@ -1,24 +1,30 @@
-"""Loop features computed in worker processes: template `apply` is Python and holds the GIL, so threads do not help."""
+"""Loop features computed in worker processes: template `apply` is Python and holds the GIL, so threads do not help.
+
+The workers are `autotune.measure.pool`'s isolated processes (`python -m ...`, not multiprocessing's spawn), so the
+calling script needs no `if __name__ == "__main__":` guard.
+"""
 
 from __future__ import annotations
 
-import multiprocessing
+import threading
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Self
 
 import numpy as np
 
+from autotune.measure.pool import IMPORT_TIMEOUT, WorkerPool
 from autotune.space import Config
 from autotune.task import Task
 from autotune.templates import Template
 
 from .features import loop_rows, prepare_loop_features
 
+WORKER_IMPORTS = ("tvm",)  # a worker imports these with this module (start-up, not a batch's time)
+
 
 def _warm_up() -> None:
-    """Import TVM and build the extractor once per worker, before the first real batch."""
+    """Build the extractor once per worker, before the first real batch."""
     prepare_loop_features(threads=1)
 
 
@@ -27,7 +33,7 @@ def _rows(task: Task, template: Template, configs: Sequence[Config]) -> list[np.
 
 
 class FeaturePool:
-    """Spawned processes that split each batch of at least `min_batch` configs; smaller ones run in process.
+    """Worker processes that split each batch of at least `min_batch` configs; smaller ones run in process.
 
     Any failure of the pool (a template that cannot be pickled, a dead worker) falls back to this
     process for good, with one warning: features never depend on where they were computed.
@@ -35,36 +41,46 @@ class FeaturePool:
 
     def __init__(self, workers: int = 2, min_batch: int = 8):
         self.workers, self.min_batch = workers, min_batch
-        ctx = multiprocessing.get_context("spawn")  # fork can hang once TVM's thread pool has run
-        self._executor: ProcessPoolExecutor | None = ProcessPoolExecutor(workers, mp_context=ctx,
-                                                                         initializer=_warm_up)
-        for _ in range(workers):  # start the workers now: they import TVM while the caller does other work
-            self._executor.submit(int, 0)
+        self._pool: WorkerPool | None = WorkerPool(workers)
+        # start the workers now: they import TVM while the caller does other work; a batch waits for them (the
+        # pool's own threads start them: a worker dies with the thread that started it, PR_SET_PDEATHSIG)
+        self._starting = threading.Thread(target=self._pool.map, args=(_warm_up, [()] * workers, IMPORT_TIMEOUT),
+                                          daemon=True)
+        self._starting.start()
+
+    def _started(self) -> None:
+        self._starting.join()
 
     def rows(self, task: Task, template: Template, configs: Sequence[Config]) -> list[np.ndarray]:
-        if self._executor is None or len(configs) < self.min_batch:
+        if self._pool is None or len(configs) < self.min_batch:
             return loop_rows(task, template, configs)
+        self._started()
         chunks = [list(configs[k::self.workers]) for k in range(self.workers)]
         try:
-            parts = list(self._executor.map(_rows, [task] * self.workers, [template] * self.workers, chunks))
-        except Exception as err:  # noqa: BLE001 - pickling or worker failure: compute here from now on
-            warnings.warn(f"feature worker processes failed ({type(err).__name__}: {err}); "
-                          "computing features in this process", stacklevel=2)
+            results = self._pool.map(_rows, [(task, template, chunk) for chunk in chunks], None)
+            failed = next((f"{r.status}: {r.message.strip().splitlines()[-1] if r.message.strip() else ''}"
+                           for r in results if r.status != "ok"), None)
+        except Exception as err:  # noqa: BLE001 - e.g. a template that cannot be pickled
+            failed = f"{type(err).__name__}: {err}"
+        if failed is not None:  # compute here from now on
+            warnings.warn(f"feature worker processes failed ({failed}); computing features in this process",
+                          stacklevel=2)
             self.close()
             return loop_rows(task, template, configs)
         out: list[np.ndarray] = [np.empty(0)] * len(configs)
-        for k, part in enumerate(parts):
-            out[k::self.workers] = part
+        for k, result in enumerate(results):
+            out[k::self.workers] = result.value
         return out
 
     @property
     def closed(self) -> bool:
-        return self._executor is None
+        return self._pool is None
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        if self._pool is not None:
+            self._started()
+            self._pool.close()
+            self._pool = None
 
     def __enter__(self) -> Self:
         return self
@@ -77,10 +93,7 @@ _SHARED: dict[int, FeaturePool] = {}  # one pool per worker count for the whole 
 
 
 def shared_pool(workers: int) -> FeaturePool:
-    """A process-wide pool of `workers` processes (started once: each imports TVM, which takes seconds).
-
-    Spawned workers import the caller's main script: a script using one needs `if __name__ == "__main__":`.
-    """
+    """A process-wide pool of `workers` processes (started once: each imports TVM, which takes seconds)."""
     pool = _SHARED.get(workers)
     if pool is None or pool.closed:
         pool = _SHARED[workers] = FeaturePool(workers)

@@ -339,6 +339,23 @@ def test_worker_processes_compute_the_same_features():
     here = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache())
     with FeaturePool(workers=2, min_batch=2) as pool:
         there = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache(), pool)
+        assert not pool.closed
+    np.testing.assert_array_equal(here, there)
+
+
+@pytest.mark.slow  # two worker processes importing TVM
+def test_a_template_the_workers_cannot_receive_falls_back_to_this_process_with_a_warning():
+    from cost_models.feature_pool import FeaturePool
+
+    local = Template("tests.local_matmul", "matmul", "llvm", lambda task: _matmul_space(task),
+                     lambda task, cfg: _matmul_apply(task, cfg))  # lambdas: not picklable by reference
+    space = local.define_space(MM)
+    idx = _valid_indices(MM, local, 10, seed=3)
+    here = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache())
+    with FeaturePool(workers=2, min_batch=2) as pool:
+        with pytest.warns(UserWarning, match="feature worker processes failed"):
+            there = extract(MM, local, space, idx, "loop", FeatureCache(), pool)
+        assert pool.closed
     np.testing.assert_array_equal(here, there)
 
 
