@@ -12,11 +12,14 @@ live under --work (re-running resumes).
 
 `--model mobile`: a MobileNetV2 stem instead (3x3 of stride 2 to 32 channels, a depthwise 3x3, 1x1 to 16, 1x1 to
 96, a depthwise 3x3 of stride 2, 1x1 to 24; ReLU6 between): its depthwise convolutions on the hand-written kernel of
-symbolic sizes (`dynamic.symbolic_ops.depthwise_func`) in the dynamic build, on tuned tasks in the static ones.
+symbolic sizes (`dynamic.symbolic_ops.grouped_conv_func`) in the dynamic build, on tuned tasks in the static ones.
+`--model resnext`: a ResNeXt block after a stem (3x3 of stride 2 to 64 channels, 1x1 to 128, a grouped 3x3 of 32
+groups of 4 channels, 1x1 to 128; ReLUs between): its grouped convolution on that kernel too.
 
     python benchmarks/bench_dynamic_conv.py               # tune, build, time, check (about 20 min)
     python benchmarks/bench_dynamic_conv.py --no-tune     # build and time from the logs
     python benchmarks/bench_dynamic_conv.py --model mobile
+    python benchmarks/bench_dynamic_conv.py --model resnext
 """
 
 from __future__ import annotations
@@ -59,11 +62,26 @@ def mobile():
                          nn.ReLU6(), nn.Conv2d(96, 24, 1)).eval()
 
 
+def resnext():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 64, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
+                         nn.Conv2d(128, 128, 3, padding=1, groups=32), nn.ReLU(), nn.Conv2d(128, 128, 1)).eval()
+
+
 MODELS = {"resnet": (cnn, "Four convolutions of a ResNet stem's sizes", "each convolution as im2col and a dynamic "
                      "dense over its output pixels"),
           "mobile": (mobile, "A MobileNetV2 stem (six convolutions, two of them depthwise)", "each convolution of one "
                      "group as im2col and a dynamic dense over its output pixels, the depthwise ones on the "
-                     "hand-written kernel of symbolic sizes")}
+                     "hand-written kernel of symbolic sizes"),
+          "resnext": (resnext, "A ResNeXt block after a stem (four convolutions, one of 32 groups)", "each "
+                      "convolution of one group as im2col and a dynamic dense over its output pixels, the grouped one "
+                      "on the hand-written kernel of symbolic sizes")}
+
+
+TITLES = {"resnet": "CNN", "mobile": "MobileNetV2 stem", "resnext": "ResNeXt block"}
 
 
 def image(size: tuple[int, int], seed: int = 0):
@@ -147,7 +165,7 @@ def main() -> None:
     ap.add_argument("--dynamic-trials", type=int, default=48, help="tune-model trials of the dynamic build")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", choices=sorted(MODELS), default="resnet")
-    ap.add_argument("--work", help="logs and tuning times (default: benchmarks/work/dynamic_conv[_mobile])")
+    ap.add_argument("--work", help="logs and tuning times (default: benchmarks/work/dynamic_conv, _mobile or _resnext)")
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="print tune-model's progress")
     ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
@@ -169,7 +187,7 @@ def main() -> None:
         tune(args, model, times)
     body = compare(args, model, times)
     text = "\n".join([
-        f"## A {'CNN' if args.model == 'resnet' else 'MobileNetV2 stem'} with a dynamic image size: one dynamic build "
+        f"## A {TITLES[args.model]} with a dynamic image size: one dynamic build "
         "vs static builds per size "
         "(`benchmarks/bench_dynamic_conv.py`)", "",
         (f"CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads (TVM and torch); TVM "

@@ -560,6 +560,7 @@ def extraction_speed(labels, n: int = 192) -> list[str]:
             "| knob features (configs/s) | one search round: 16 chains x 17 configs, loop features (s) |",
             "|---|---|---|---|---|"]
     with FeaturePool(workers=2) as pool:
+        pool.ready(wait=True)
         for label in labels:
             task = make_task(*SEARCH_TASKS[label])
             template = default_template(task)

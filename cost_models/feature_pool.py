@@ -35,6 +35,8 @@ def _rows(task: Task, template: Template, configs: Sequence[Config]) -> list[np.
 class FeaturePool:
     """Worker processes that split each batch of at least `min_batch` configs; smaller ones run in process.
 
+    The first such batch starts the workers (each imports TVM: seconds) and runs in process, as every batch does
+    until they are up: a short run does not wait for them, a run that plans no batch never starts them.
     Any failure of the pool (a template that cannot be pickled, a dead worker) falls back to this
     process for good, with one warning: features never depend on where they were computed.
     """
@@ -42,19 +44,24 @@ class FeaturePool:
     def __init__(self, workers: int = 2, min_batch: int = 8):
         self.workers, self.min_batch = workers, min_batch
         self._pool: WorkerPool | None = WorkerPool(workers)
-        # start the workers now: they import TVM while the caller does other work; a batch waits for them (the
-        # pool's own threads start them: a worker dies with the thread that started it, PR_SET_PDEATHSIG)
-        self._starting = threading.Thread(target=self._pool.map, args=(_warm_up, [()] * workers, IMPORT_TIMEOUT),
-                                          daemon=True)
-        self._starting.start()
+        self._starting: threading.Thread | None = None
 
-    def _started(self) -> None:
-        self._starting.join()
+    def ready(self, wait: bool = False) -> bool:
+        """Whether the workers are up; the first call starts them (the pool's own threads do: a worker dies with
+        the thread that started it, PR_SET_PDEATHSIG), `wait` waits for them."""
+        if self._pool is None:
+            return False
+        if self._starting is None:
+            self._starting = threading.Thread(target=self._pool.map, daemon=True,
+                                              args=(_warm_up, [()] * self.workers, IMPORT_TIMEOUT))
+            self._starting.start()
+        if wait:
+            self._starting.join()
+        return not self._starting.is_alive()
 
     def rows(self, task: Task, template: Template, configs: Sequence[Config]) -> list[np.ndarray]:
-        if self._pool is None or len(configs) < self.min_batch:
+        if len(configs) < self.min_batch or not self.ready():
             return loop_rows(task, template, configs)
-        self._started()
         chunks = [list(configs[k::self.workers]) for k in range(self.workers)]
         try:
             results = self._pool.map(_rows, [(task, template, chunk) for chunk in chunks], None)
@@ -78,7 +85,8 @@ class FeaturePool:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._started()
+            if self._starting is not None:
+                self._starting.join()
             self._pool.close()
             self._pool = None
 

@@ -338,6 +338,7 @@ def test_worker_processes_compute_the_same_features():
     idx = _valid_indices(MM, TOY_MATMUL, 10, seed=3)
     here = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache())
     with FeaturePool(workers=2, min_batch=2) as pool:
+        assert pool.ready(wait=True)
         there = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache(), pool)
         assert not pool.closed
     np.testing.assert_array_equal(here, there)
@@ -353,6 +354,7 @@ def test_a_template_the_workers_cannot_receive_falls_back_to_this_process_with_a
     idx = _valid_indices(MM, local, 10, seed=3)
     here = extract(MM, TOY_MATMUL, space, idx, "loop", FeatureCache())
     with FeaturePool(workers=2, min_batch=2) as pool:
+        assert pool.ready(wait=True)
         with pytest.warns(UserWarning, match="feature worker processes failed"):
             there = extract(MM, local, space, idx, "loop", FeatureCache(), pool)
         assert pool.closed

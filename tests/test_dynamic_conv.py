@@ -58,18 +58,21 @@ def test_convolutions_of_any_image_size_match_torch(cnn_built, shape):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_a_depthwise_convolution_of_a_varying_image_runs_on_its_symbolic_kernel():
-    """A depthwise convolution (groups = channels) is not a dense: it runs on the hand-written kernel of its window,
-    strides, padding and dilation (`symbolic_ops.depthwise_func`), one function for every image size."""
+def test_grouped_and_depthwise_convolutions_of_a_varying_image_run_on_their_symbolic_kernels():
+    """A grouped convolution is not one dense: it runs on the hand-written kernel of its window, strides, padding,
+    dilation and channels per group (`symbolic_ops.grouped_conv_func`; a depthwise one, one channel per group,
+    named so), one function for every image size."""
     from autotune.model import build_model
 
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1, groups=4), torch.nn.ReLU(),
-                                torch.nn.Conv2d(4, 4, 3, stride=2, padding=1, groups=4)).eval()
+                                torch.nn.Conv2d(4, 4, 3, stride=2, padding=1, groups=4), torch.nn.ReLU(),
+                                torch.nn.Conv2d(4, 6, 3, padding=1, groups=2)).eval()
     built = build_model(_export(model, batch=False, channels=4), shipped=False)
     summary = built.report.summary()
     assert "no dynamic layer" in summary
-    assert "1 calls on dynamic_depthwise_3x3_1x1_1x1_1x1, 1 calls on dynamic_depthwise_3x3_2x2_1x1_1x1" in summary
+    assert ("1 calls on dynamic_depthwise_3x3_1x1_1x1_1x1, 1 calls on dynamic_depthwise_3x3_2x2_1x1_1x1, "
+            "1 calls on dynamic_group_conv_2to3_3x3_1x1_1x1_1x1") in summary
     for shape in ((2, 4, 11, 7), (2, 4, 40, 37)):
         x = torch.randn(*shape)
         with torch.no_grad():

@@ -119,21 +119,25 @@ def test_rewrite_takes_symbolic_products_and_softmax_only():
         assert got[1].numpy().shape == (4, 4)
 
 
-# (window, strides, top-left padding, dilation, h, w): vector columns with edges, strided taps, rows narrower than
-# a vector (every column checked), padding beyond the window's reach, more rows than one job's
-@pytest.mark.parametrize("window, strides, padding, dilation, h, w", [
-    ((3, 3), (1, 1), (1, 1), (1, 1), 17, 40), ((3, 3), (2, 2), (1, 1), (1, 1), 33, 50),
-    ((5, 5), (1, 1), (2, 2), (1, 1), 9, 7), ((3, 3), (1, 1), (2, 2), (2, 2), 30, 31),
-    ((3, 1), (2, 1), (0, 0), (1, 1), 20, 45), ((1, 1), (1, 1), (0, 0), (1, 1), 3, 1)])
-def test_depthwise_conv2d_matches_torch_at_any_size(window, strides, padding, dilation, h, w):
+# (window, strides, top-left padding, dilation, h, w, input and output channels per group): vector columns with
+# edges, strided taps, rows narrower than a vector (every column checked), padding beyond the window's reach, more
+# rows than one job's; depthwise (1, 1), a channel multiplier (1, 2), groups of several channels (3, 2), (4, 1)
+@pytest.mark.parametrize("window, strides, padding, dilation, h, w, per_group", [
+    ((3, 3), (1, 1), (1, 1), (1, 1), 17, 40, (1, 1)), ((3, 3), (2, 2), (1, 1), (1, 1), 33, 50, (3, 2)),
+    ((5, 5), (1, 1), (2, 2), (1, 1), 9, 7, (1, 1)), ((3, 3), (1, 1), (2, 2), (2, 2), 30, 31, (1, 2)),
+    ((3, 1), (2, 1), (0, 0), (1, 1), 20, 45, (1, 1)), ((1, 1), (1, 1), (0, 0), (1, 1), 3, 1, (1, 1)),
+    ((3, 3), (1, 1), (1, 1), (1, 1), 19, 21, (4, 1))])
+def test_grouped_conv2d_matches_torch_at_any_size(window, strides, padding, dilation, h, w, per_group):
     torch = pytest.importorskip("torch")
-    from autotune.dynamic.symbolic_ops import depthwise_func
+    from autotune.dynamic.symbolic_ops import grouped_conv_func
 
-    lib = _compiled(depthwise_func(window, strides, padding, dilation, lanes=8))
+    lib = _compiled(grouped_conv_func(window, strides, padding, dilation, *per_group, lanes=8))
     rng = np.random.default_rng(h * w)
-    x, wt = rng.standard_normal((2, 5, h, w), "float32"), rng.standard_normal((5, 1, *window), "float32")
+    (g, m), groups = per_group, 5
+    x = rng.standard_normal((2, groups * g, h, w), "float32")
+    wt = rng.standard_normal((groups * m, g, *window), "float32")
     want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(wt), stride=strides, padding=padding,
-                                      dilation=dilation, groups=5).numpy()
+                                      dilation=dilation, groups=groups).numpy()
     out = tvm.runtime.tensor(np.full(want.shape, np.nan, "float32"))
     lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(wt), out)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -13,6 +13,9 @@ compiled function for every size, vectors throughout, as the generic schedules o
 - **Softmax over a symbolic last axis** (attention's probabilities): `softmax_func`, a row per iteration of a
   parallel loop, its three passes (max, exp and sum, scale) over the row while it is in cache, each in whole
   vectors then a scalar tail; exp is TVM's fast_exp polynomial, as in a static build.
+- **Grouped and depthwise convolutions of a varying image size** (a dense convolution takes im2col and a dynamic
+  dense instead, `im2col.py`): `grouped_conv_func`, output rows in parallel, vectors of outputs along each row,
+  the edges one output at a time.
 
 `rewrite_symbolic_ops` replaces such calls in a Relax module (`SYMBOLIC_OPS`: operator -> matcher and emitter of
 the call to its kernels).
@@ -225,41 +228,45 @@ def softmax_func(lanes: int = LANES) -> Any:
     return softmax
 
 
-DEPTHWISE_ROWS = 8  # output rows per parallel job of the depthwise kernel (its accumulators allocated per job)
+CONV_ROWS = 8  # output rows per parallel job of the grouped convolution kernel (its accumulators allocated per job)
 
 
-def depthwise_func(window: tuple[int, int], strides: tuple[int, int], padding: tuple[int, int],
-                   dilation: tuple[int, int], lanes: int = LANES, dtype: str = "float32") -> Any:
-    """Y = depthwise conv2d(X, W) for X [batch, c, h, w], W [c, 1, R, S], Y [batch, c, oh, ow] (NCHW, one filter
-    per channel), every size symbolic; `padding` is the top and left one (the bottom and right follow from oh and
-    ow). A parallel loop over (batch, channel, DEPTHWISE_ROWS output rows); in a row, the columns whose window lies
-    inside the row in vectors of `lanes` outputs (the last vector overlapping the one before it), each tap a vector
-    of the input row (strided by the column stride) times the tap's weight; the columns at the edges, and rows
-    shorter than a vector, one output at a time with their taps checked against the image."""
+def grouped_conv_func(window: tuple[int, int], strides: tuple[int, int], padding: tuple[int, int],
+                      dilation: tuple[int, int], in_per_group: int = 1, out_per_group: int = 1, lanes: int = LANES,
+                      dtype: str = "float32") -> Any:
+    """Y = grouped conv2d(X, W) for X [batch, c_in, h, w], W [c_out, in_per_group, R, S], Y [batch, c_out, oh, ow]
+    (NCHW; output channel k reads the `in_per_group` input channels of its group k // out_per_group: a depthwise
+    convolution has one of each), every size symbolic; `padding` is the top and left one (the bottom and right
+    follow from oh and ow). A parallel loop over (batch, output channel, CONV_ROWS output rows); in a row, the
+    columns whose window lies inside the row in vectors of `lanes` outputs (the last vector overlapping the one
+    before it), each tap a vector of an input row (strided by the column stride) times the tap's weight; the columns
+    at the edges, and rows shorter than a vector, one output at a time with their taps checked against the image."""
     from tvm.script import tirx as T
 
     R, S = window
     sh, sw = strides
     ph, pw = padding
     dh, dw = dilation
+    G, M = in_per_group, out_per_group
     first = (pw + sw - 1) // sw  # the first column whose window starts inside the row
-    rows = DEPTHWISE_ROWS
+    rows = CONV_ROWS
 
     @T.prim_func
-    def depthwise(x: T.handle, w: T.handle, y: T.handle):
+    def grouped_conv(x: T.handle, w: T.handle, y: T.handle):
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
-        nb, c, h, wd, oh, ow = T.int64(), T.int64(), T.int64(), T.int64(), T.int64(), T.int64()
+        nb, c, k, h, wd, oh, ow = T.int64(), T.int64(), T.int64(), T.int64(), T.int64(), T.int64(), T.int64()
         X = T.match_buffer(x, (nb, c, h, wd), dtype)
-        W = T.match_buffer(w, (c, 1, R, S), dtype)
-        Y = T.match_buffer(y, (nb, c, oh, ow), dtype)
+        W = T.match_buffer(w, (k, G, R, S), dtype)
+        Y = T.match_buffer(y, (nb, k, oh, ow), dtype)
         # columns [lo, hi) in vectors: those whose window lies inside the row, where there are a vector's worth
         last: T.let = T.min((wd - T.int64(1 + (S - 1) * dw - pw)) // T.int64(sw) + T.int64(1), ow)
         lo: T.let = T.if_then_else(last - T.int64(first) >= T.int64(lanes), T.int64(first), T.int64(0))
         hi: T.let = T.if_then_else(last - T.int64(first) >= T.int64(lanes), last, T.int64(0))
         blocks: T.let = (oh + T.int64(rows - 1)) // T.int64(rows)
-        for job in T.parallel(nb * c * blocks):
-            b: T.let = job // (c * blocks)
-            ch: T.let = job // blocks % c
+        for job in T.parallel(nb * k * blocks):
+            b: T.let = job // (k * blocks)
+            ch: T.let = job // blocks % k
+            c0: T.let = ch // T.int64(M) * T.int64(G)  # the group's first input channel
             acc = T.alloc_buffer((lanes,), dtype, scope="local")
             one = T.alloc_buffer((1,), dtype, scope="local")
             for ii in range(T.min(T.int64(rows), oh - job % blocks * T.int64(rows))):
@@ -268,26 +275,27 @@ def depthwise_func(window: tuple[int, int], strides: tuple[int, int], padding: t
                     j0: T.let = T.min(lo + t * T.int64(lanes), hi - T.int64(lanes))
                     for v in T.vectorized(lanes):
                         acc[v] = T.cast(0, dtype)
-                    for r in T.unroll(R):
-                        ih: T.let = i * T.int64(sh) + T.int64(r * dh - ph)
-                        if ih >= T.int64(0) and ih < h:
-                            for q in T.unroll(S):
-                                for v in T.vectorized(lanes):
-                                    acc[v] = acc[v] + X[b, ch, ih, (j0 + v) * T.int64(sw) + T.int64(q * dw - pw)] \
-                                        * W[ch, 0, r, q]
+                    for g in range(G):
+                        for r in T.unroll(R):
+                            ih: T.let = i * T.int64(sh) + T.int64(r * dh - ph)
+                            if ih >= T.int64(0) and ih < h:
+                                for q in T.unroll(S):
+                                    for v in T.vectorized(lanes):
+                                        acc[v] = acc[v] + X[b, c0 + g, ih, (j0 + v) * T.int64(sw)
+                                                            + T.int64(q * dw - pw)] * W[ch, g, r, q]
                     for v in T.vectorized(lanes):
                         Y[b, ch, i, j0 + v] = acc[v]
                 for e in range(lo + ow - hi):  # the edge columns: [0, lo) and [hi, ow)
                     j: T.let = T.if_then_else(e < lo, e, hi + e - lo)
                     one[0] = T.cast(0, dtype)
-                    for r, q in T.grid(R, S):
+                    for g, r, q in T.grid(G, R, S):
                         ih: T.let = i * T.int64(sh) + T.int64(r * dh - ph)
                         iw: T.let = j * T.int64(sw) + T.int64(q * dw - pw)
                         if ih >= T.int64(0) and ih < h and iw >= T.int64(0) and iw < wd:
-                            one[0] = one[0] + X[b, ch, ih, iw] * W[ch, 0, r, q]
+                            one[0] = one[0] + X[b, c0 + g, ih, iw] * W[ch, g, r, q]
                     Y[b, ch, i, j] = one[0]
 
-    return depthwise
+    return grouped_conv
 
 
 def _symbolic(shape: Any) -> bool:
@@ -388,9 +396,9 @@ def emit_softmax(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], 
     return relax.op.reshape(out, shape)
 
 
-def match_depthwise(call: Any) -> bool:
-    """A float32 depthwise conv2d (NCHW, OIHW weight [C, 1, R, S], one group per channel) of which a size of the
-    input is symbolic."""
+def match_grouped_conv(call: Any) -> bool:
+    """A float32 grouped conv2d (NCHW, OIHW weight [K, C / groups, R, S]; depthwise ones too) of which a size of the
+    input is symbolic; the channels and the weight static."""
     from tvm import tirx
 
     if len(call.args) != 2:
@@ -402,23 +410,27 @@ def match_depthwise(call: Any) -> bool:
         return False
     if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != ("NCHW", "OIHW", "NCHW"):
         return False
-    if str(a.out_dtype) not in ("", "float32") or not all(isinstance(d, tirx.IntImm) for d in w_shape):
+    if str(a.out_dtype) not in ("", "float32") or not all(isinstance(d, tirx.IntImm) for d in [*w_shape, shape[1]]):
         return False
-    groups, (k, per_group) = int(a.groups), (int(d) for d in w_shape[:2])
-    return groups > 1 and k == groups and per_group == 1 and _same(shape[1], groups) and _symbolic(shape)
+    groups, (k, per_group), c = int(a.groups), (int(d) for d in w_shape[:2]), int(shape[1])
+    return groups > 1 and k % groups == 0 and c == groups * per_group and _symbolic(shape)
 
 
-def emit_depthwise(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], Any], call: Any,
-                   lookup: Callable[[Any], Any]) -> Any:
-    """The depthwise convolution on `depthwise_func` of its window, strides, top-left padding and dilation."""
+def emit_grouped_conv(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], Any], call: Any,
+                      lookup: Callable[[Any], Any]) -> Any:
+    """The grouped convolution on `grouped_conv_func` of its window, strides, top-left padding, dilation and
+    channels per group (in and out); depthwise ones (one of each) are named so."""
     from tvm import relax
 
     a = call.attrs
-    window = tuple(int(d) for d in list(call.args[1].ty.shape)[2:])
+    w_shape = [int(d) for d in call.args[1].ty.shape]
+    window, in_per_group, out_per_group = tuple(w_shape[2:]), w_shape[1], w_shape[0] // int(a.groups)
     strides, dilation = (tuple(int(v) for v in vals) for vals in (a.strides, a.dilation))
     padding = tuple(int(v) for v in list(a.padding)[:2])
-    name = "dynamic_depthwise_" + "_".join("x".join(map(str, v)) for v in (window, strides, padding, dilation))
-    gv = kernel_of(name, lambda lanes: depthwise_func(window, strides, padding, dilation, lanes))
+    kind = "depthwise" if in_per_group == out_per_group == 1 else f"group_conv_{in_per_group}to{out_per_group}"
+    name = f"dynamic_{kind}_" + "_".join("x".join(map(str, v)) for v in (window, strides, padding, dilation))
+    gv = kernel_of(name, lambda lanes: grouped_conv_func(window, strides, padding, dilation, in_per_group,
+                                                         out_per_group, lanes))
     return relax.call_tir(gv, list(call.args), relax.TensorType(list(call.ty.shape), "float32"))
 
 
@@ -446,7 +458,7 @@ class SymbolicOp:
 SYMBOLIC_OPS = {
     "relax.matmul": SymbolicOp(match_product, emit_product),
     "relax.nn.softmax": SymbolicOp(match_softmax, emit_softmax),
-    "relax.nn.conv2d": SymbolicOp(match_depthwise, emit_depthwise),
+    "relax.nn.conv2d": SymbolicOp(match_grouped_conv, emit_grouped_conv),
 }
 
 
