@@ -21,6 +21,7 @@ from autotune.templates import Template
 from .features import loop_rows, prepare_loop_features
 
 WORKER_IMPORTS = ("tvm",)  # a worker imports these with this module (start-up, not a batch's time)
+BATCH_TIMEOUT = 300.0  # seconds for a worker's share of a batch (a few seconds as a rule): then killed, and in process
 
 
 def _warm_up() -> None:
@@ -64,7 +65,7 @@ class FeaturePool:
             return loop_rows(task, template, configs)
         chunks = [list(configs[k::self.workers]) for k in range(self.workers)]
         try:
-            results = self._pool.map(_rows, [(task, template, chunk) for chunk in chunks], None)
+            results = self._pool.map(_rows, [(task, template, chunk) for chunk in chunks], BATCH_TIMEOUT)
             failed = next((f"{r.status}: {r.message.strip().splitlines()[-1] if r.message.strip() else ''}"
                            for r in results if r.status != "ok"), None)
         except Exception as err:  # noqa: BLE001 - e.g. a template that cannot be pickled
