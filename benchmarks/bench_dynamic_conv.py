@@ -71,17 +71,16 @@ def resnext():
                          nn.Conv2d(128, 128, 3, padding=1, groups=32), nn.ReLU(), nn.Conv2d(128, 128, 1)).eval()
 
 
-MODELS = {"resnet": (cnn, "Four convolutions of a ResNet stem's sizes", "each convolution as im2col and a dynamic "
-                     "dense over its output pixels"),
-          "mobile": (mobile, "A MobileNetV2 stem (six convolutions, two of them depthwise)", "each convolution of one "
-                     "group as im2col and a dynamic dense over its output pixels, the depthwise ones on the "
-                     "hand-written kernel of symbolic sizes"),
-          "resnext": (resnext, "A ResNeXt block after a stem (four convolutions, one of 32 groups)", "each "
-                      "convolution of one group as im2col and a dynamic dense over its output pixels, the grouped one "
-                      "on the hand-written kernel of symbolic sizes")}
-
-
-TITLES = {"resnet": "CNN", "mobile": "MobileNetV2 stem", "resnext": "ResNeXt block"}
+# name -> (the model, its title, what it is, how the dynamic build runs it)
+MODELS = {
+    "resnet": (cnn, "CNN", "Four convolutions of a ResNet stem's sizes",
+               "each convolution as im2col and a dynamic dense over its output pixels"),
+    "mobile": (mobile, "MobileNetV2 stem", "A MobileNetV2 stem (six convolutions, two of them depthwise)",
+               "each convolution of one group as im2col and a dynamic dense over its output pixels, the depthwise "
+               "ones on the hand-written kernel of symbolic sizes"),
+    "resnext": (resnext, "ResNeXt block", "A ResNeXt block after a stem (four convolutions, one of 32 groups)",
+                "each convolution of one group as im2col and a dynamic dense over its output pixels, the grouped one "
+                "on the hand-written kernel of symbolic sizes")}
 
 
 def image(size: tuple[int, int], seed: int = 0):
@@ -180,14 +179,14 @@ def main() -> None:
     from autotune.target import cpu_name, host_llvm_target
 
     torch.set_num_threads(args.threads)
-    make, what, how = MODELS[args.model]
+    make, title, what, how = MODELS[args.model]
     model = make()
     times = Times(Path(args.work) / "tuning_times.json")
     if not args.no_tune:
         tune(args, model, times)
     body = compare(args, model, times)
     text = "\n".join([
-        f"## A {TITLES[args.model]} with a dynamic image size: one dynamic build "
+        f"## A {title} with a dynamic image size: one dynamic build "
         "vs static builds per size "
         "(`benchmarks/bench_dynamic_conv.py`)", "",
         (f"CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads (TVM and torch); TVM "
