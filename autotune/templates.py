@@ -11,6 +11,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -24,10 +25,12 @@ from .errors import AutotuneError
 from .fingerprint import schedule_fingerprint
 from .gpu_limits import KernelResources
 from .operators import default_template_ref
-from .space import Config, ConfigSpace
+from .space import Config, ConfigSpace, Knob
 from .task import Task
 
 PREPACK = "meta_schedule.layout_rewrite_preproc"  # annotation of a block that only relays a constant operand
+VECTOR = 16  # fp32 lanes of a 512-bit register
+CUDA_INNER = 4  # the inner split factor preferred on CUDA where the template states none
 
 
 @dataclass(frozen=True)
@@ -203,11 +206,43 @@ def space_of(template: Template, task: Task) -> ConfigSpace:
     return template.define_space(task)
 
 
+def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:
+    inner = value[::-1][: len(prefs)]
+    return sum(abs(math.log2(f) - math.log2(p)) for f, p in zip(inner, prefs))
+
+
+def _pick(knob: Knob, want: Any, task: Task) -> Any:
+    """The candidate of `knob` closest to the preferred value `want` (None: no preference)."""
+    if knob.kind == "split":
+        prefs = want if want is not None else ((CUDA_INNER,) if task.target_kind == "cuda" else (VECTOR,))
+        return min(knob.candidates, key=lambda v: _split_score(v, prefs))
+    return want if want in knob.candidates else knob.candidates[0]
+
+
+def heuristic_configs(template: Template, task: Task, count: int = 8) -> list[Config]:
+    """The heuristic config first, then variants of it (one knob changed) as fallbacks. The heuristic config: every
+    knob at the value the template prefers (`Template.preferences`; for a split knob the candidate whose inner
+    factors are closest to the preferred ones); a knob without a preference takes its first candidate, or for a
+    split knob the inner factor closest to one vector (CPU) or 4 (CUDA). Untuned builds use it, and a tuner measures
+    it first (`XGBOptions.untuned_first`)."""
+    space = space_of(template, task)
+    prefs = template.preferences(task)
+    digits = [knob.candidates.index(_pick(knob, prefs.get(knob.name), task)) for knob in space.knobs]
+    out = [space.index_of(digits)]
+    for i, knob in enumerate(space.knobs):
+        for d in range(len(knob)):
+            if len(out) >= count:
+                break
+            alt = digits[:i] + [d] + digits[i + 1:]
+            if space.index_of(alt) not in out:
+                out.append(space.index_of(alt))
+    return [space.get(i) for i in out]
+
+
 def default_template(task: Task) -> Template:
     """The default template of the task's operator on its target kind (`OpDef.templates`)."""
     return resolve(default_template_ref(task.op, task.target_kind))
 
 
-__all__ = ["PREPACK", "Relayout", "TRUSTED_ENV", "Template", "default_template", "prim_func", "registry_refs",
-           "relayout_array",
-           "resolve", "resolve_trusted", "space_of"]
+__all__ = ["PREPACK", "Relayout", "TRUSTED_ENV", "Template", "default_template", "heuristic_configs", "prim_func",
+           "registry_refs", "relayout_array", "resolve", "resolve_trusted", "space_of"]

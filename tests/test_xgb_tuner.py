@@ -448,8 +448,8 @@ def test_first_batch_starts_with_the_fastest_configs_of_other_tasks_mapped():
     transfer = _other_task_records(160)
     elites = [v[0] for v in donor_configs(MM, MM_SPACE, transfer)]
     tuner = _xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=0, transfer=transfer, sa_chains=8, sa_steps=12)
-    batch = tuner.next_batch(16)
-    assert batch[:4] == [i for i in elites if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None][:4]
+    batch = tuner.next_batch(16)  # after the untuned config (`untuned_first`)
+    assert batch[1:5] == [i for i in elites if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None][:4]
     tuner.update(*_measure(MM, MM_SPACE, batch))
     second = tuner.next_batch(16)  # the task's own measurements guide it now: no more configs by example
     usable = [i for i in elites if toy_matmul_cost(MM, MM_SPACE.get(i)) is not None and i not in batch]
@@ -460,7 +460,8 @@ def test_first_batch_starts_with_the_fastest_configs_of_other_tasks_mapped():
 
 
 # Proposals of searches by the tuner as it was before its modules were split (knob features: 3 batches of 8;
-# loop features and knob features with transfer: 2), pinned: the same seed must keep proposing the same configs.
+# loop features and knob features with transfer: 2), pinned: the same seed must keep proposing the same configs
+# (without the untuned config first, which came later).
 PINNED = {
     ("knob", 1, False): [[304, 7240, 3703, 1261, 2248, 3579, 8314, 7199],
                          [3471, 3591, 3717, 3849, 2644, 3576, 3501, 2526],
@@ -475,9 +476,26 @@ PINNED = {
 @pytest.mark.parametrize("features,seed,transfer", list(PINNED))
 def test_the_same_seed_proposes_the_pinned_configs(features, seed, transfer):
     want = PINNED[features, seed, transfer]
-    tuner = _xgb(seed=seed, features=features, transfer=_other_task_records(160) if transfer else ())
+    tuner = _xgb(seed=seed, features=features, transfer=_other_task_records(160) if transfer else (),
+                 untuned_first=False)
     got = _tune(tuner, MM, MM_SPACE, 8 * len(want), batch=8)
     assert [got[k:k + 8] for k in range(0, len(got), 8)] == want
+
+
+def test_the_first_batch_holds_the_untuned_config_once():
+    from autotune.templates import heuristic_configs
+
+    untuned = heuristic_configs(TOY_MATMUL, MM, count=1)[0].index
+    for transfer in ((), _other_task_records(160)):
+        tuner = _xgb(seed=1, transfer=transfer, sa_chains=8, sa_steps=12)
+        first = tuner.next_batch(8)
+        assert first[0] == untuned and first.count(untuned) == 1
+        tuner.update(*_measure(MM, MM_SPACE, first))
+        assert untuned not in tuner.next_batch(8)
+        assert untuned not in _xgb(seed=1, transfer=transfer, untuned_first=False).next_batch(8)
+    resumed = _xgb(seed=1)  # a resumed search that measured it already does not propose it again
+    resumed.update(*_measure(MM, MM_SPACE, [untuned, 5]))
+    assert untuned not in resumed.next_batch(8)
 
 
 def test_make_tuner_checks_the_options_type_and_names_the_tuners():

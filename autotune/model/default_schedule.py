@@ -1,8 +1,5 @@
-"""Schedules without tuning: a heuristic template config for tunable ops, a generic one for the rest.
-
-Heuristic config: every knob at the value its template prefers (`Template.preferences`; for a split knob the
-candidate whose inner factors are closest to the preferred ones); a knob without a preference takes its first
-candidate, or for a split knob the inner factor closest to one vector (CPU) or 4 (CUDA).
+"""Schedules without tuning: a heuristic template config for tunable ops (`templates.heuristic_configs`), a
+generic one for the rest.
 
 Generic schedule of a PrimFunc: TVM's DLight CPU reduction rule when it applies (softmax,
 layer norm: parallel over rows) and the rows are whole vectors, else per block: inline injective producers, fuse
@@ -16,46 +13,15 @@ import math
 from typing import Any
 
 from ..gpu_limits import check_config
-from ..space import Config, Knob
+from ..space import Config
 from ..task import Task
-from ..templates import Template, space_of
+from ..templates import VECTOR, Template, heuristic_configs, space_of
 
-VECTOR = 16  # fp32 lanes of a 512-bit register
 MIN_PARALLEL_WORK = 4096  # loop iterations below which threading costs more than it saves
-CUDA_INNER = 4  # the inner split factor preferred on CUDA where the template states none
 FALLBACK_SAMPLES = 256  # random configs tried for one the target can run when no heuristic one can
 PARALLEL_LOOPS = "autotune.parallel_loops"  # a block annotation (a TE compute's attrs): of its symbolic loop nest's
 # spatial loops, how many outer ones run in parallel; the inner ones stay serial, so that what they compute from the
 # outer indices (a window's position from an output pixel) is computed once per outer iteration
-
-
-def _split_score(value: tuple[int, ...], prefs: tuple[int, ...]) -> float:
-    inner = value[::-1][: len(prefs)]
-    return sum(abs(math.log2(f) - math.log2(p)) for f, p in zip(inner, prefs))
-
-
-def _pick(knob: Knob, want: Any, task: Task) -> Any:
-    """The candidate of `knob` closest to the preferred value `want` (None: no preference)."""
-    if knob.kind == "split":
-        prefs = want if want is not None else ((CUDA_INNER,) if task.target_kind == "cuda" else (VECTOR,))
-        return min(knob.candidates, key=lambda v: _split_score(v, prefs))
-    return want if want in knob.candidates else knob.candidates[0]
-
-
-def heuristic_configs(template: Template, task: Task, count: int = 8) -> list[Config]:
-    """The heuristic config first, then variants of it (one knob changed) as fallbacks."""
-    space = space_of(template, task)
-    prefs = template.preferences(task)
-    digits = [knob.candidates.index(_pick(knob, prefs.get(knob.name), task)) for knob in space.knobs]
-    out = [space.index_of(digits)]
-    for i, knob in enumerate(space.knobs):
-        for d in range(len(knob)):
-            if len(out) >= count:
-                break
-            alt = digits[:i] + [d] + digits[i + 1:]
-            if space.index_of(alt) not in out:
-                out.append(space.index_of(alt))
-    return [space.get(i) for i in out]
 
 
 def default_candidates(template: Template, task: Task) -> list[Config]:

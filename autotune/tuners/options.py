@@ -58,6 +58,9 @@ class XGBOptions:
     innermost factor changed (`ConfigSpace.inner_moves`, the model's best-rated unmeasured ones): a register
     tile the model rates low because its few measurements had bad outer tilings is tried in the incumbent's
     schedule (0: off; on by default because cold runs ended with faster configs on matmul and conv2d).
+    untuned_first: the first batch holds the template's heuristic config (`templates.heuristic_configs`, the one a
+    build without records uses), so that a search starts from the untuned kernel's speed: with the few trials each of
+    a dynamic model's uKernels gets, searches without it ended 20-40% below that (docs/experiments.md).
     feature_workers: processes computing the loop features of a plan's candidates (a template's apply is Python, one
     config at a time per process), shared by all tuners of this process; 0: in process. Default: 2 where the
     machine has 2 cores or more (a dynamic model's tune-model run took 14% less time than in process).
@@ -86,6 +89,7 @@ class XGBOptions:
     cold_start: str = "random"
     cold_random: float = 0.0
     incumbent_moves: int = 2
+    untuned_first: bool = True
     feature_workers: int = DEFAULT_FEATURE_WORKERS
 
     def __post_init__(self) -> None:

@@ -19,7 +19,7 @@ from ..measure.types import MeasureInput, MeasureResult
 from ..records import Record
 from ..space import ConfigSpace
 from ..task import Task
-from ..templates import resolve
+from ..templates import heuristic_configs, resolve
 from .batch import anneal, diverse_top, pick_batch, stale_trials
 from .candidates import Candidates
 from .elites import donor_configs
@@ -65,6 +65,7 @@ class XGBTuner:
         self._trainer = ModelTrainer(task, template_ref, options, seed, self._configs.rows([]).shape[1], cache, pool,
                                      transfer)
         self._elites: list[list[int]] | None = None  # configs by example, made when first needed
+        self._untuned_due = options.untuned_first  # the heuristic config still to be put in a plan
 
     # ---- data ---------------------------------------------------------------------------
 
@@ -121,6 +122,23 @@ class XGBTuner:
         return batch
 
     def _make_plan(self, n: int) -> list[int]:
+        head = self._untuned_pick()
+        return head + [i for i in self._search_plan(n - len(head)) if i not in head] if n > len(head) else head
+
+    def _untuned_pick(self) -> list[int]:
+        """[the template's heuristic config] the first time a plan is made, when it may be proposed and the target
+        can run it (`XGBOptions.untuned_first`); else []."""
+        if not self._untuned_due:
+            return []
+        self._untuned_due = False
+        index = heuristic_configs(self.template, self.task, count=1)[0].index
+        usable = (self._configs.may_propose(index) and self.space.allows(index)
+                  and not self._configs.breaks_limits([index])[0])
+        return [index] if usable else []
+
+    def _search_plan(self, n: int) -> list[int]:
+        if n <= 0:
+            return []
         opts, configs = self.options, self._configs
         if self.model is None:
             return self._prior_pick(n) if self.cold_start == "roofline" else configs.draw(n, set(), self._rng)
