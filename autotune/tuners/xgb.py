@@ -123,7 +123,7 @@ class XGBTuner:
 
     def _make_plan(self, n: int) -> list[int]:
         head = self._untuned_pick()
-        return head + [i for i in self._search_plan(n - len(head)) if i not in head] if n > len(head) else head
+        return head + [i for i in self._search_plan(n - len(head)) if i not in head]
 
     def _untuned_pick(self) -> list[int]:
         """[the template's heuristic config] the first time a plan is made, when it may be proposed and the target
