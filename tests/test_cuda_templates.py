@@ -264,6 +264,13 @@ FP16_CASES = [("matmul", "M=256,N=128,K=64", "sm_80"), ("dense", "batch=128,in_f
 NARROW = [("float16", "half"), ("bfloat16", "nv_bfloat16")]  # dtype, its CUDA type
 
 
+def each_narrow_type(cases: list[tuple]) -> list:
+    """pytest params of each case with each narrow type: case i with type i (modulo the types) in the default
+    tier, so that every case and every type runs there; the other pairs are slow (nvcc: seconds each)."""
+    return [pytest.param(*case, *narrow, marks=() if i % len(NARROW) == j else pytest.mark.slow)
+            for i, case in enumerate(cases) for j, narrow in enumerate(NARROW)]
+
+
 def _fp16_configs(op: str, shape: str, arch: str, dtype: str = "float16") -> tuple[Task, Template, list[Config]]:
     """A float16 (bfloat16) task, its template, and its untuned config and two random valid ones."""
     from autotune.model.default_schedule import heuristic_configs
@@ -273,8 +280,7 @@ def _fp16_configs(op: str, shape: str, arch: str, dtype: str = "float16") -> tup
     return task, template, heuristic_configs(template, task, count=1) + _valid_configs(template, task, 2)
 
 
-@pytest.mark.parametrize("dtype,cuda_type", NARROW)
-@pytest.mark.parametrize("op,shape,arch", FP16_CASES)
+@pytest.mark.parametrize("op,shape,arch,dtype,cuda_type", each_narrow_type(FP16_CASES))
 def test_narrow_float_gemms_run_on_tensor_cores(op: str, shape: str, arch: str, dtype: str, cuda_type: str) -> None:
     task, template, configs = _fp16_configs(op, shape, arch, dtype)
     assert "fetch_vec" in [k.name for k in template.define_space(task).knobs] and len(configs) == 3
@@ -320,8 +326,7 @@ def _compiles_for(arch: str, src: str) -> None:
             assert b"main_kernel" in bytes(nvcc.compile_cuda(src, target_format="cubin", arch=arch, compiler="nvcc"))
 
 
-@pytest.mark.parametrize("dtype,cuda_type", NARROW)
-@pytest.mark.parametrize("shape", [NARROW_CONV, NARROW_CONV_STRIDED])
+@pytest.mark.parametrize("shape,dtype,cuda_type", each_narrow_type([(NARROW_CONV,), (NARROW_CONV_STRIDED,)]))
 def test_narrow_float_conv2d_runs_on_tensor_cores(shape: str, dtype: str, cuda_type: str) -> None:
     task, template, configs = _fp16_configs("conv2d", shape, "sm_80", dtype)
     for cfg in configs:
@@ -352,9 +357,10 @@ def test_the_tensor_core_convolutions_gemm_computes_the_convolution(shape: str) 
     assert check_output(out.numpy(), ref, reduction_size(task.opdef, task.shape), task.dtype) is None
 
 
-@pytest.mark.parametrize("dtype,cuda_type", NARROW)
-def test_narrow_float_conv2d_off_the_tensor_core_tiles_widens_its_inputs(dtype: str, cuda_type: str) -> None:
-    task, template, configs = _fp16_configs("conv2d", NARROW_CONV_WIDENED, "sm_80", dtype)
+@pytest.mark.parametrize("shape,dtype,cuda_type", each_narrow_type([(NARROW_CONV_WIDENED,)]))
+def test_narrow_float_conv2d_off_the_tensor_core_tiles_widens_its_inputs(shape: str, dtype: str,
+                                                                         cuda_type: str) -> None:
+    task, template, configs = _fp16_configs("conv2d", shape, "sm_80", dtype)
     for cfg in configs:
         src = _cuda_source(template, task, cfg)
         assert "wmma" not in src and cuda_type in src and "float conv_local" in src  # fp32 sums, narrow in and out

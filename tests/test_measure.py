@@ -86,6 +86,19 @@ def test_runner_threads_are_set_explicitly():
             w.close()
 
 
+def test_a_worker_imports_tvm_without_torch_and_can_import_torch_after():
+    pytest.importorskip("torch")
+    from tests.worker_probe import imported, torch_version
+
+    w = Worker()
+    try:
+        assert w.call(imported, ("tvm",), 60).value is True  # TVM comes with the first call's imports
+        assert w.call(imported, ("torch",), 60).value is False
+        assert w.call(torch_version, (), 60).value.startswith("2.")
+    finally:
+        w.close()
+
+
 @pytest.mark.slow  # two worker starts of 3 s imports
 def test_call_deadline_leaves_out_worker_start_and_imports(worker_env):
     from tests.slow_import import quick  # 3 s of imports in a fresh worker, then an instant call

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AutotuneError
-from .pool import ROOT
+from .pool import ROOT, import_tvm_without_torch
 from .tracker import DEFAULT_TRACKER, format_status, parse_address, tracker_status, tracker_summary
 
 SERVER_MAIN = "autotune.measure.rpc_services"  # the module a supervised server process runs (this one)
@@ -193,6 +193,7 @@ def _wait_for_tracker(host: str, port: int) -> None:
 
 def serve(host: str, port: int, port_end: int, tracker: str, key: str) -> None:
     """Serve sessions forever with TVM's server loop; restart it when a session process dies."""
+    import_tvm_without_torch()
     from tvm.rpc import server as tvm_server
 
     tracker_addr = parse_address(tracker)
@@ -211,14 +212,15 @@ def serve(host: str, port: int, port_end: int, tracker: str, key: str) -> None:
 
 
 def run_tracker(host: str, port: int) -> None:
-    """TVM's tracker on exactly host:port, until killed (what `tvm.exec.rpc_tracker` runs)."""
+    """TVM's tracker on exactly host:port, until killed (what `tvm.exec.rpc_tracker` runs, in this process:
+    TVM's `Tracker` starts a process of its own for it, one more import of TVM before it answers)."""
     import logging
 
-    from tvm.rpc.tracker import Tracker
+    import_tvm_without_torch()
+    from tvm.rpc.tracker import PopenTrackerServerState
 
     logging.basicConfig(level=logging.INFO)
-    tracker = Tracker(host, port=port, port_end=port + 1)  # held: dropping it stops the tracker
-    tracker.proc.join()
+    PopenTrackerServerState(host, port, port_end=port + 1).thread.join()
 
 
 def _end_group() -> None:

@@ -93,7 +93,8 @@ def torch_caller(vms: ThreadVMs) -> Callable[[Sequence[Any]], list[Any]]:
 
 
 class ModelLibrary:
-    """A loaded model library: call it on torch tensors (torch tensors back) or numpy arrays (numpy back)."""
+    """A loaded model library: call it on torch tensors (torch tensors back) or numpy arrays (numpy back; no
+    PyTorch needed)."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None):
         import tvm
@@ -107,13 +108,18 @@ class ModelLibrary:
             self.vms.vm()
         except Exception as err:  # noqa: BLE001 - not a TVM library: one line
             raise AutotuneError(f"{path} is not a model library autotune built: {str(err).splitlines()[0]}") from None
-        self._torch = torch_caller(self.vms)
+        self._torch: Callable[[Sequence[Any]], list[Any]] | None = None  # made at the first call on torch tensors
+
+    def _call_torch(self, args: Sequence[Any]) -> list[Any]:
+        if self._torch is None:
+            self._torch = torch_caller(self.vms)
+        return self._torch(args)
 
     def __call__(self, *args: Any) -> Any:
         torch = sys.modules.get("torch")
         try:
             if torch is not None and args and all(isinstance(a, torch.Tensor) for a in args):
-                outs = self._torch([a.detach().contiguous() for a in args])
+                outs = self._call_torch([a.detach().contiguous() for a in args])
             else:
                 import numpy as np
                 import tvm
