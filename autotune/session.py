@@ -66,9 +66,20 @@ class Measurer:
         return runner_timing(self._runner, task, self.runner_options)
 
     def measure(self, inputs: Sequence[MeasureInput], template_version: str, timing: str) -> list[Record]:
-        if not inputs:
-            return []
-        return self.records(inputs, self.runner.run(inputs, self.builder.build(inputs)), template_version, timing)
+        return self.measure_groups([(inputs, template_version, timing)])[0]
+
+    def measure_groups(self, groups: Sequence[tuple[Sequence[MeasureInput], str, str]]) -> list[list[Record]]:
+        """The records of each group of (inputs, template version, timing), all groups built as one batch (the
+        builder's workers compile them side by side) and run as one."""
+        flat = [inp for inputs, _, _ in groups for inp in inputs]
+        if not flat:
+            return [[] for _ in groups]
+        results = self.runner.run(flat, self.builder.build(flat))
+        out, start = [], 0
+        for inputs, template_version, timing in groups:
+            out.append(self.records(inputs, results[start:start + len(inputs)], template_version, timing))
+            start += len(inputs)
+        return out
 
     def records(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult], template_version: str,
                 timing: str) -> list[Record]:
@@ -133,7 +144,10 @@ class TuningSession:
                              retime)
 
     def _measure(self, inputs: list[MeasureInput], retime: bool) -> list[Record]:
-        records = self.measurer.measure(inputs, self.template_version, self.timing)
+        return self._take(self.measurer.measure(inputs, self.template_version, self.timing), retime)
+
+    def _take(self, records: list[Record], retime: bool) -> list[Record]:
+        """Add measured records to the session's trials (or re-timings) and hand them to every callback."""
         if retime:
             self.retimes += records
         else:
@@ -165,9 +179,12 @@ class TuningSession:
     def retime(self, rounds: int, seed: int = 0) -> list[Record]:
         """Time the contenders `rounds` more times each (`autotune.retime`); returns the new re-timings."""
         start = len(self.retimes)
-        while inputs := next_round(self.trials, self.retimes, rounds, seed, self.db.policy):
-            self._measure(inputs, retime=True)
+        retime_together([self], rounds, seed)
         return self.retimes[start:]
+
+    def next_retimes(self, rounds: int, seed: int = 0) -> list[MeasureInput]:
+        """The contenders of the next re-timing round (`retime.next_round`); [] once each has `rounds`."""
+        return next_round(self.trials, self.retimes, rounds, seed, self.db.policy)
 
     # ---- what it found ---------------------------------------------------------------------
 
@@ -175,6 +192,15 @@ class TuningSession:
     def best(self) -> Record | None:
         """The best config of this session's records (`TuningDatabase.best`)."""
         return TuningDatabase(self.trials + self.retimes, policy=self.db.policy).best(self.task)
+
+
+def retime_together(sessions: Sequence[TuningSession], rounds: int, seed: int = 0) -> None:
+    """`TuningSession.retime` of sessions sharing one measurer, each round of all of them measured as one batch:
+    a model's tasks have a few contenders each, one batch apiece would leave the builder's workers idle."""
+    while due := [(s, inputs) for s in sessions if (inputs := s.next_retimes(rounds, seed))]:
+        groups = due[0][0].measurer.measure_groups([(inputs, s.template_version, s.timing) for s, inputs in due])
+        for (session, _), records in zip(due, groups):
+            session._take(records, retime=True)
 
 
 # ---- callbacks ---------------------------------------------------------------------------------

@@ -361,9 +361,9 @@ def test_tune_model_budget_weights_and_resume(tmp_path):
 
 
 def test_tune_model_retimes_each_task_once_the_budget_is_spent(tmp_path):
-    """Rounds never re-time; after the last one each task's contenders are timed twice more, its best is the
-    median of the best config's timings (as `autotune build` will pick), and a resume counts no re-timing
-    as a trial."""
+    """Rounds never re-time; after the last one each task's contenders are timed twice more, every task's in one
+    batch per round; its best is the median of the best config's timings (as `autotune build` will pick), and a
+    resume counts no re-timing as a trial."""
     from autotune.records import best_record, by_task, load_records, split_retimes
 
     timed: dict[int, int] = {}
@@ -371,9 +371,20 @@ def test_tune_model_retimes_each_task_once_the_budget_is_spent(tmp_path):
     def cost(cfg):  # every later timing of a config index is 30% slower than its first
         timed[cfg.index] = timed.get(cfg.index, 0) + 1
         return 1e-3 / (1 + cfg.index % 7) * (1 if timed[cfg.index] == 1 else 1.3)
+
+    class Batches(FakeBuilder):  # the tasks of each batch built
+        def __init__(self):
+            super().__init__()
+            self.batches = []
+
+        def build(self, inputs):
+            self.batches.append({inp.task.key for inp in inputs})
+            return super().build(inputs)
     log = tmp_path / "m.jsonl"
-    fake = {"builder": FakeBuilder(), "runner": SimulatedRunner(cost)}
+    fake = {"builder": Batches(), "runner": SimulatedRunner(cost)}
     result = tune_model(CONVNET, trials=32, log=log, tuner="random", round_trials=8, progress=lambda m: None, **fake)
+    keys = {s.task.key for s in result.states}
+    assert len(keys) == 4 and fake["builder"].batches[-2:] == [keys, keys]  # two rounds, each of every task
     logged = by_task(load_records(log))
     for state in result.states:
         trials, retimes = split_retimes(logged[state.task.key])

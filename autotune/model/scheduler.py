@@ -24,7 +24,7 @@ from ..errors import AutotuneError
 from ..measure import RunnerOptions
 from ..records import Record
 from ..retime import RETIMES
-from ..session import Measurer, TuningSession
+from ..session import Measurer, TuningSession, retime_together
 from ..task import Task
 from ..shipped import shipped_enabled
 from ..transfer import shipped_records, start_options, transfer_logs, transfer_summary
@@ -189,9 +189,9 @@ def tune_model(model: Any, trials: int, log: str | Path, target: str | dict = "l
                 f"+{len(new)} trials, best {best}")
         if retime:
             say(f"timing each task's best configs {retime} more times")
-            for state in (s for s in states if s.trials):
-                session = sessions[state.task.key]
-                session.retime(retime, seed)
-                best = session.best
+            tuned = [s for s in states if s.trials]
+            retime_together([sessions[s.task.key] for s in tuned], retime, seed)
+            for state in tuned:
+                best = sessions[state.task.key].best
                 state.retimed_best = best.result.mean_s if best is not None else None
     return ModelTuneResult(states, log, resumed, sum(s.trials for s in states) - resumed)
