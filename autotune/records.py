@@ -31,13 +31,20 @@ class RetimePolicy:
     """Which configs are contenders for the best and how often they are timed again (`autotune.retime`).
 
     share: a contender was first measured at `share` or more of the best first measurement's throughput;
-    top: at most this many contenders, the best first measurements; rounds: re-timings of each contender after
+    top: at most this many contenders, the best first measurements, and at most one per `trials_per_contender`
+    valid trials of the task (at least 2): a task of a few trials, as each of a model's many tasks gets on a small
+    budget, would otherwise spend more on re-timing than on its search; rounds: re-timings of each contender after
     the last trial (with its first timing, a median of rounds + 1).
     """
 
     share: float = 0.9
     top: int = 8
+    trials_per_contender: int = 4
     rounds: int = 2
+
+    def most(self, valid_trials: int) -> int:
+        """How many contenders a task of `valid_trials` valid first measurements may have."""
+        return min(self.top, max(2, valid_trials // self.trials_per_contender))
 
 
 RETIME = RetimePolicy()  # the policy of `autotune tune`, `tune-model` and of every reader of the logs
@@ -303,13 +310,13 @@ def split_retimes(records: Iterable[Record]) -> tuple[list[Record], list[Record]
 
 
 def contenders(trials: list[Record], policy: RetimePolicy = RETIME) -> list[Record]:
-    """The valid trials first measured within `policy.share` of the best one's throughput (at most `policy.top`),
-    fastest first."""
+    """The valid trials first measured within `policy.share` of the best one's throughput (at most
+    `policy.most(valid trials)`), fastest first."""
     valid = sorted((r for r in trials if r.result.ok), key=lambda r: r.result.mean_s)
     if not valid:
         return []
     bound = valid[0].result.mean_s / policy.share
-    return [r for r in valid[:policy.top] if r.result.mean_s <= bound]
+    return [r for r in valid[:policy.most(len(valid))] if r.result.mean_s <= bound]
 
 
 def best_record(records: Iterable[Record], policy: RetimePolicy = RETIME) -> Record | None:

@@ -75,6 +75,14 @@ def test_the_policy_decides_the_contenders():
     assert TuningDatabase(recs, policy=RetimePolicy(share=0.8)).best(TASK).input.config.index == 2
 
 
+@pytest.mark.parametrize("n,want", [(3, 2), (5, 2), (12, 3), (20, 5), (40, 8)])
+def test_a_task_has_one_contender_per_four_trials_at_least_two_at_most_eight(n, want):
+    from autotune.records import contenders
+
+    trials = [_rec(TASK, REF, i, 1e-5 * (1 + i / 100)) for i in range(n)]  # every one within 90% of the best
+    assert [r.input.config.index for r in contenders(trials)] == list(range(want))
+
+
 def test_commit_appends_to_the_log_and_answers_at_once(tmp_path):
     log = tmp_path / "t.jsonl"
     with TuningDatabase(log=log) as db:
