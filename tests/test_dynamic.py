@@ -376,7 +376,7 @@ def test_a_dynamic_programs_calls_of_a_static_shape_are_tasks_too(tmp_path):
     """A program with a dynamic and a static input (a decode step's cache and token): the linear layer on the
     static one is an ordinary task, tuned with the uKernels and built on its record as a static build does."""
     torch = pytest.importorskip("torch")
-    from conftest import UNHURRIED
+    from conftest import FakeBuilder, SimulatedRunner
 
     from autotune.model import build_model, extract_tasks, tune_model
 
@@ -398,8 +398,9 @@ def test_a_dynamic_programs_calls_of_a_static_shape_are_tasks_too(tmp_path):
     assert len(static) == 1 and 1 in static[0].shape.values()
     assert {t.op for t, _ in tasks if t not in static} == {"dense"}
     log = tmp_path / "two.jsonl"
+    simulated = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-5 * (1 + cfg.index % 5))}
     tune_model(program, trials=2 * len(tasks), log=log, tuner="random", round_trials=2, retime=0,
-               runner_options=UNHURRIED, progress=lambda m: None)
+               progress=lambda m: None, **simulated)
     assert static[0].key in {r.task.key for r in load_records(log)}
     built = build_model(program, logs=[log])
     assert "calls of a static shape: 1 of 1 tasks tuned from logs" in built.report.summary()

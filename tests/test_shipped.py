@@ -13,7 +13,7 @@ from autotune.target import host_llvm_target
 from autotune.task import make_task, shape_distance
 from autotune.tune import tune
 from cost_models import train_from_records
-from conftest import UNHURRIED
+from conftest import UNHURRIED, FakeBuilder, SimulatedRunner
 
 
 def _names(target: dict) -> list[str]:
@@ -145,14 +145,15 @@ def test_tuning_from_the_shipped_configs_starts_from_the_shipped_cost_model(ship
     assert start_options(task, picked, "xgb", mine) is mine  # the user's own model is kept
     assert start_options(task, picked, "xgb", XGBOptions(features="knob")).cost_model is None  # features differ
     assert start_options(task, picked, "random", None) is None
+    simulated = {"builder": FakeBuilder(), "runner": SimulatedRunner(lambda cfg: 1e-5 * (1 + cfg.index % 5))}
     own_logs = tune(make_task("dense", "batch=4,in_features=32,out_features=16"), trials=2, tuner="random",
-                    batch_size=2, retime=0, runner_options=UNHURRIED).records
+                    batch_size=2, retime=0, **simulated).records
     assert start_options(task, own_logs, "xgb", None).cost_model is None  # the user's records, not shipped ones
     loaded, load = [], XGBCostModel.load.__func__
     monkeypatch.setattr(XGBCostModel, "load",
                         classmethod(lambda cls, path: loaded.append(str(path)) or load(cls, path)))
     result = tune(task, trials=4, tuner="xgb", log=tmp_path / "warm.jsonl", transfer=picked, batch_size=4, retime=0,
-                  runner_options=UNHURRIED)
+                  **simulated)
     assert len(result.records) == 4 and result.best is not None
     assert loaded and set(loaded) == {options.cost_model}  # the tuner's fits continue from the shipped model
 
