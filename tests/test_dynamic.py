@@ -531,7 +531,8 @@ def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):
 
 def test_the_range_low_end_gets_ukernels_of_its_rows_derived_from_the_smallest():
     """A range from one row gets uKernels of 1 and 2 rows with no tuning: the smallest uKernel's config mapped onto
-    their spaces (the weight packed alike: the module holds one copy), their planner costs below the smallest's. One row
+    their spaces (the weight packed alike: the module holds one copy), two weight panels per parallel job, their
+    planner costs below the smallest's. One row
     then runs on the 1-row uKernel, not a padded piece of a taller one, and every size still matches numpy."""
     from autotune.dynamic.dispatch import DynamicKernel
     from autotune.dynamic.load import default_ukernels, low_end_ukernels
@@ -546,6 +547,9 @@ def test_the_range_low_end_gets_ukernels_of_its_rows_derived_from_the_smallest()
     w = rng.uniform(-1, 1, (48, 64)).astype("float32")
     packed = [u.fixed_operand(1, w) for u in (smallest, *low)]
     assert all(np.array_equal(p, packed[0]) for p in packed)
+    for u in low:  # two weight panels per job, read 4 rows of K at a time
+        outer, mid, width = u.config["tile_j"]
+        assert mid == 2 and width == smallest.config["tile_j"][-1] and u.config["tile_k"] == (16, 4), u.config
     kernel = DynamicKernel(spec, ukernels + low)
     assert [(p.height, p.padded) for p in kernel.plan(1).pieces] == [(1, False)]
     for m in (1, 2, 3, 5, 7, 9, 41, 200):
