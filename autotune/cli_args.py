@@ -124,4 +124,5 @@ def add_search_arguments(p: argparse.ArgumentParser, transfer_default: str) -> N
     add_shipped_argument(p, "xgb transfers from the other logs only")
     p.add_argument("--retime", type=int_at_least(0), default=RETIMES, metavar="N",
                    help=f"after the last trial, time the best configs (first measured within 90%% of the best; up "
-                        f"to 8, one per 4 trials, at least 2) N more times and rank them by their median timing (default {RETIMES}; 0: off)")
+                        f"to 8, one per 4 trials, at least 2) N more times and rank them by their median timing "
+                        f"(default {RETIMES}; 0: off)")

@@ -91,6 +91,9 @@ class Template:
     knob values alone; configs over the GPU's limits are rejected before building (`gpu_limits.check_config`).
     None: never rejected (CPU templates).
     `dtypes`: the element types of the tasks it schedules; a task of another dtype gets no space from it.
+    `derived_knobs(task, knobs)`: the knobs of another task's config (a dynamic site's smallest uKernel) made fit
+    for `task`, a kernel derived from it without tuning (`autotune.dynamic.load.low_end_ukernels`: a few rows);
+    the closest config of `task`'s space is taken. None: the knobs as they are.
     `from_task_func(sch, block, task, config)`: for a template whose `apply` schedules a function of its own
     rather than `prim_func(task)`: makes that function in `sch`, a schedule of the task's PrimFunc whose main
     block is `block`, and returns the blocks that play the parts of its named blocks (name -> block), so that the
@@ -111,6 +114,7 @@ class Template:
     kernel_resources: Callable[[Task, Config], KernelResources] | None = None
     from_task_func: Callable[[Any, Any, Task, Config], Mapping[str, Any]] | None = None
     dtypes: tuple[str, ...] = ("float32",)  # the task element types it schedules (`autotune.operators.dtypes`)
+    derived_knobs: Callable[[Task, dict[str, Any]], dict[str, Any]] | None = None
 
     def kernel(self, task: Task, config: Config):
         """The IRModule to compile for `config`: the schedule's, less any PREPACK block (the kernel then

@@ -83,24 +83,6 @@ def default_ukernels(spec: DynamicSpec, shipped: bool = True,
 
 
 NEAR = 2.0  # a logged uKernel within this factor of a chosen height stands in for it
-FEW_ROWS_K_STEP = 4  # rows of K a derived few-row kernel reads of one weight panel before the other's (`few_row_knobs`)
-
-
-def few_row_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
-    """A GEMM config's knobs for a kernel of a few rows, its weight panels (width, packing) kept: each parallel job
-    takes two panels and reads FEW_ROWS_K_STEP rows of K of one, then of the other. With one row, the time goes to
-    streaming the weight; two streams per core ran a 1-token model of three 768 x 3072 linear layers 20% faster than
-    one panel after the other, where the weights nearly fill the L3 cache (docs/experiments.md). Knobs of other
-    templates (no `tile_j` of 3 factors and `tile_k` of 2) come back as they are."""
-    tile_j, tile_k = knobs.get("tile_j"), knobs.get("tile_k")
-    if tile_j is None or tile_k is None or len(tile_j) != 3 or len(tile_k) != 2:
-        return knobs
-    outer, mid, width = tile_j
-    if mid == 1 and outer % 2 == 0:
-        tile_j = (outer // 2, 2, width)
-    k = tile_k[0] * tile_k[1]
-    step = FEW_ROWS_K_STEP if k % FEW_ROWS_K_STEP == 0 else tile_k[1]
-    return {**knobs, "tile_j": tile_j, "tile_k": (k // step, step)}
 
 
 def low_end_ukernels(spec: DynamicSpec, ukernels: Sequence[UKernel]) -> list[UKernel]:
@@ -108,8 +90,8 @@ def low_end_ukernels(spec: DynamicSpec, ukernels: Sequence[UKernel]) -> list[UKe
     derived from it with no tuning: a few rows of a GEMM stream its weight once, so a kernel of exactly those rows
     takes about the time of a matrix-vector product, where a padded piece of the smallest uKernel computes every
     row of its height. Each takes the smallest's config mapped onto its space (its weight panels kept, the register
-    tile cut to its rows: the weight packed alike, one copy for all) with two panels streamed side by side
-    (`few_row_knobs`); its planner cost is the smallest's time scaled by the hardware model's prediction."""
+    tile cut to its rows: the weight packed alike, one copy for all), as its template derives it for few rows
+    (`Template.derived_knobs`); its planner cost is the smallest's time scaled by the hardware model's prediction."""
     if spec.target.get("kind") != "llvm" or not ukernels:
         return []
     smallest = min(ukernels, key=lambda u: u.height)
@@ -122,7 +104,9 @@ def low_end_ukernels(spec: DynamicSpec, ukernels: Sequence[UKernel]) -> list[UKe
             continue
         task = spec.task(h)
         space = space_of(smallest.template, task)
-        config = space.get(space.nearest(few_row_knobs(dict(smallest.config.knobs)))[0])
+        derive = smallest.template.derived_knobs
+        knobs = dict(smallest.config.knobs) if derive is None else derive(task, dict(smallest.config.knobs))
+        config = space.get(space.nearest(knobs)[0])
         mean_s = smallest.mean_s * predict_time(hw, cost, h) / predict_time(hw, cost, smallest.height)
         out.append(UKernel(h, task, smallest.template.kernel(task, config)["main"], mean_s, None,
                            smallest.template, config))
