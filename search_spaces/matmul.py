@@ -390,17 +390,27 @@ def batch_matmul_preferences(task: Task) -> dict[str, Any]:
 FEW_ROWS_K_STEP = 4  # rows of K a derived few-row kernel reads of one weight panel before the other's
 
 
-def gemm_derived_knobs(task: Task, knobs: dict[str, Any]) -> dict[str, Any]:
+def gemm_derived_knobs(gemm: Gemm, task: Task, knobs: dict[str, Any]) -> dict[str, Any]:
     """`Template.derived_knobs`: another GEMM config's knobs for a kernel of a few rows, its weight panels (width,
     packing) kept: each parallel job takes two panels and reads FEW_ROWS_K_STEP rows of K of one, then of the
     other. With one row, the time goes to streaming the weight; two streams per core ran a 1-token model of three
     768 x 3072 linear layers 20% faster than one panel after the other, where the weights nearly fill the L3
-    cache (docs/experiments.md)."""
+    cache (docs/experiments.md). The knobs of a narrow path's space (`_path`) come back as they are."""
+    if _path(gemm, task)[0] is not None:
+        return knobs
     outer, mid, width = knobs["tile_j"]
     tile_j = (outer // 2, 2, width) if mid == 1 and outer % 2 == 0 else (outer, mid, width)
     k = math.prod(knobs["tile_k"])
     step = FEW_ROWS_K_STEP if k % FEW_ROWS_K_STEP == 0 else knobs["tile_k"][-1]
     return {**knobs, "tile_j": tile_j, "tile_k": (k // step, step)}
+
+
+def matmul_derived_knobs(task: Task, knobs: dict[str, Any]) -> dict[str, Any]:
+    return gemm_derived_knobs(MATMUL, task, knobs)
+
+
+def dense_derived_knobs(task: Task, knobs: dict[str, Any]) -> dict[str, Any]:
+    return gemm_derived_knobs(DENSE, task, knobs)
 
 
 # compatible_versions: the version that wrote every register tile back per outer tile (same space, same configs),
@@ -410,14 +420,14 @@ def gemm_derived_knobs(task: Task, knobs: dict[str, Any]) -> dict[str, Any]:
 MATMUL_CPU = Template("matmul_cpu", "matmul", "llvm", matmul_space, matmul_apply,
                       compatible_versions=("687b25bbcf06", "22c7e3a1e764", "010ca9a55a37", "34e400309078"),
                       preferences=matmul_preferences, from_task_func=gemm_from_task_func, dtypes=CPU_DTYPES,
-                      derived_knobs=gemm_derived_knobs)
+                      derived_knobs=matmul_derived_knobs)
 MATMUL_UKERNEL_CPU = Template("matmul_ukernel_cpu", "matmul", "llvm", matmul_ukernel_space, matmul_ukernel_apply,
                               compatible_versions=("c7fd1b95abe8",), preferences=matmul_ukernel_preferences,
                               from_task_func=from_task_func)
 DENSE_CPU = Template("dense_cpu", "dense", "llvm", dense_space, dense_apply, dense_relayouts,
                      compatible_versions=("c6685a3bcb85", "8d0abcca033e", "cef8a84581a8"),
                      preferences=dense_preferences, from_task_func=gemm_from_task_func, dtypes=CPU_DTYPES,
-                     derived_knobs=gemm_derived_knobs)
+                     derived_knobs=dense_derived_knobs)
 BATCH_MATMUL_CPU = Template("batch_matmul_cpu", "batch_matmul", "llvm", batch_matmul_space, batch_matmul_apply,
                             compatible_versions=("8d7ab524a85b",), preferences=batch_matmul_preferences,
                             from_task_func=from_task_func)
