@@ -2,7 +2,8 @@
 
 Test tiers (marker `slow`, declared in pyproject.toml, whose addopts deselect it by default):
 
-- default, `python -m pytest -q` (the README's command and CI's): about 3 minutes on 2 idle cores. Every area
+- default, `python -m pytest -q` (the README's command and CI's): about 4 minutes on 2 cores, in two test
+  processes (pytest-xdist's `-n 2`, in pyproject's addopts). Every area
   with its fastest representative tests: the tuning loop on fakes and one real tuning run end to end (tune,
   build_best), measurement (each failure kind of a real builder and runner is one result, a hanging kernel
   timed out; build timeouts), records, the cost model and the XGB tuner, CPU templates correct on one awkward
