@@ -46,7 +46,7 @@ def time_builds(args) -> None:
     from models import MODELS
     from tvm import relax
 
-    from autotune.model.build import _flatten
+    from autotune.model.library import numpy_outputs
     from autotune.target import parse_target, use_target_threads
 
     use_target_threads(parse_target("llvm"))
@@ -57,7 +57,7 @@ def time_builds(args) -> None:
     tvm_args = [tvm.runtime.tensor(x.numpy()) for x in inputs]
     vms = {p: relax.VirtualMachine(tvm.runtime.load_module(p), tvm.cpu())["main"] for p in args.paths}
     for path, run in vms.items():
-        for got, want in zip(_flatten(run(*tvm_args)), expected):
+        for got, want in zip(numpy_outputs(run(*tvm_args)), expected):
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=path)
     best = {p: float("inf") for p in vms}
     for _ in range(args.rounds):

@@ -50,6 +50,8 @@ from .gemm_dot import instruction
 
 REG_ROWS = 16  # register-tile rows (i2) at most
 REG_COLS = 64  # register-tile columns (j2) at most: 4 zmm (8 ymm) registers per row
+FEW_ROWS = 8  # an untuned GEMM of fewer rows streams B two panels at a time (`gemm_preferences`)
+FEW_ROWS_K_STEP = 4  # rows of K a few-row kernel reads of one panel of B before the other's
 
 
 @dataclass(frozen=True)
@@ -261,21 +263,30 @@ def _reads_w(sch, block) -> bool:
     return blk.reads[1].region[-2].min.same_as(blk.iter_vars[-2].var)
 
 
-def gemm_relayouts(gemm: Gemm, cfg: Config) -> tuple[Relayout, ...]:
-    """Operand 1 arrives packed (zero-padded to whole tiles) when the config says "pre"."""
+def gemm_relayouts(gemm: Gemm, task: Task, cfg: Config) -> tuple[Relayout, ...]:
+    """Operand 1 arrives packed (zero-padded to whole tiles: N to the tiles' product) when the config says
+    "pre"."""
     if cfg["pack_b"] != "pre":
         return ()
-    return (Relayout(1, _packed_index_map(gemm, cfg["tile_j"][-1])),)
+    jb = cfg["tile_j"][-1]
+    batch = (task.shape[gemm.batch],) if gemm.batch else ()
+    return (Relayout(1, _packed_index_map(gemm, jb), (*batch, math.prod(cfg["tile_j"]) // jb, task.shape[gemm.k], jb)),)
 
 
 def gemm_preferences(gemm: Gemm, task: Task) -> dict[str, Any]:
     """The config an untuned build prefers (`Template.preferences`). Register tiles of 8 accumulators on AVX-512
     (4 rows x 2 vectors); on narrower vectors rows of 3 vectors (AVX2: 4 x 3 = 12 accumulators of its 16
     registers, as the best configs tuned on an AVX2 CPU are; the AVX-512 tiles spill there). B is packed per tile
-    only with enough rows to repay the pass over it."""
+    only with enough rows to repay the pass over it. With fewer than FEW_ROWS rows the time goes to reading B:
+    each parallel job takes two panels of it and reads FEW_ROWS_K_STEP rows of K of one, then of the other (as
+    `gemm_derived_knobs` does; on Zen 3 a decoder block's untuned build ran 1.2-1.7x faster with it at 1 to 7
+    tokens, slower from 9, docs/experiments.md)."""
     lanes = vector_lanes(task)
-    return {"tile_i": (4, 4), "tile_j": (32, 2) if lanes >= VECTOR_LANES else (3 * lanes,), "tile_k": (256,),
-            "mid_order": "ij", "pack_b": "tile" if task.shape[gemm.m] >= 16 else "none", "auto_unroll": 64}
+    width = 2 * lanes if lanes >= VECTOR_LANES else 3 * lanes
+    few = task.shape[gemm.m] < FEW_ROWS
+    return {"tile_i": (4, 4), "tile_j": (width, 2) if few or lanes >= VECTOR_LANES else (width,),
+            "tile_k": (FEW_ROWS_K_STEP,) if few else (256,), "mid_order": "ij",
+            "pack_b": "tile" if task.shape[gemm.m] >= 16 else "none", "auto_unroll": 64}
 
 
 def _path(gemm: Gemm, task: Task):
@@ -304,7 +315,7 @@ def gemm_relayouts_of(gemm: Gemm, task: Task, cfg: Config) -> tuple[Relayout, ..
     """The operands a config's kernel takes relaid, on the path `gemm_space` chose (both narrow paths pack B
     alike)."""
     ins, path = _path(gemm, task)
-    return gemm_dot.relayouts(gemm, task, ins, cfg) if path else gemm_relayouts(gemm, cfg)
+    return gemm_dot.relayouts(gemm, task, ins, cfg) if path else gemm_relayouts(gemm, task, cfg)
 
 
 def gemm_preferences_of(gemm: Gemm, task: Task) -> dict[str, Any]:
@@ -387,7 +398,6 @@ def batch_matmul_preferences(task: Task) -> dict[str, Any]:
     return gemm_preferences(BATCH_MATMUL, task)
 
 
-FEW_ROWS_K_STEP = 4  # rows of K a derived few-row kernel reads of one weight panel before the other's
 
 
 def gemm_derived_knobs(gemm: Gemm, task: Task, knobs: dict[str, Any]) -> dict[str, Any]:

@@ -256,6 +256,39 @@ def test_gemm_pads_m_to_whole_register_tiles() -> None:
             assert _run(task, sch, template, cfg) is None, (op, pack)
 
 
+def test_an_untuned_gemm_of_a_few_rows_streams_b_two_panels_four_rows_of_k_at_a_time() -> None:
+    """Below FEW_ROWS rows the untuned config's parallel jobs take two panels of B (mid tile 2) and read 4 rows
+    of K of one, then of the other; from FEW_ROWS rows on, the register-tile preference (K 256 at a time)."""
+    from autotune.templates import heuristic_configs
+    from search_spaces.matmul import FEW_ROWS
+
+    for target, width in ((AVX2, 24), (AVX512, 32)):
+        for rows in (1, 3, FEW_ROWS - 1):
+            for op, shape in (("matmul", f"M={rows},N=768,K=512"), ("dense", f"batch={rows},in_features=512,"
+                                                                     "out_features=768")):
+                task = make_task(op, shape, target=target)
+                cfg = heuristic_configs(_template(task), task, count=1)[0]
+                assert cfg["tile_j"][-2:] == (2, width) and cfg["tile_k"][-1] == 4, (op, shape, target, cfg.knobs)
+        task = make_task("matmul", f"M={FEW_ROWS},N=768,K=512", target=target)
+        assert heuristic_configs(_template(task), task, count=1)[0]["tile_k"][-1] == 256
+    for op, shape in (("matmul", "M=3,N=100,K=70"), ("dense", "batch=1,in_features=64,out_features=52"),
+                      ("batch_matmul", "B=2,M=2,N=40,K=36")):  # N padded, K not a multiple of 4: still right
+        task = _task(op, shape)
+        template = _template(task)
+        cfg = heuristic_configs(template, task, count=1)[0]
+        assert _run(task, template.apply(task, cfg), template, cfg) is None, cfg.knobs
+
+
+def test_a_dense_narrower_than_its_register_tile_takes_its_weight_padded_to_the_tile() -> None:
+    """52 outputs on one 56-column panel: W arrives as [1, K, 56], zeros past column 52."""
+    task = _task("dense", "batch=4,in_features=32,out_features=52")
+    template = _template(task)
+    cfg = _config(template.define_space(task), tile_j=(1, 1, 56))
+    [relayout] = template.relayouts(task, cfg)
+    assert relayout.shape == (1, 32, 56)
+    assert _run(task, template.apply(task, cfg), template, cfg) is None
+
+
 def test_a_relayout_may_pad_but_not_merge() -> None:
     from autotune.templates import relayout_array
 
