@@ -51,7 +51,8 @@ from .gemm_dot import instruction
 REG_ROWS = 16  # register-tile rows (i2) at most
 REG_COLS = 64  # register-tile columns (j2) at most: 4 zmm (8 ymm) registers per row
 FEW_ROWS = 8  # an untuned GEMM of fewer rows streams B two panels at a time (`gemm_preferences`)
-FEW_ROWS_K_STEP = 4  # rows of K a few-row kernel reads of one panel of B before the other's
+FEW_ROWS_K_STEP = 4  # rows of K a few-row kernel reads of one panel of B before the next's
+DERIVED_PANELS = 4  # panels of B per parallel job of a derived few-row kernel (`gemm_derived_knobs`)
 
 
 @dataclass(frozen=True)
@@ -278,9 +279,9 @@ def gemm_preferences(gemm: Gemm, task: Task) -> dict[str, Any]:
     (4 rows x 2 vectors); on narrower vectors rows of 3 vectors (AVX2: 4 x 3 = 12 accumulators of its 16
     registers, as the best configs tuned on an AVX2 CPU are; the AVX-512 tiles spill there). B is packed per tile
     only with enough rows to repay the pass over it. With fewer than FEW_ROWS rows the time goes to reading B:
-    each parallel job takes two panels of it and reads FEW_ROWS_K_STEP rows of K of one, then of the other (as
-    `gemm_derived_knobs` does; on Zen 3 a decoder block's untuned build ran 1.2-1.7x faster with it at 1 to 7
-    tokens, slower from 9, docs/experiments.md)."""
+    each parallel job takes two panels of it and reads FEW_ROWS_K_STEP rows of K of one, then of the other (on
+    Zen 3 a decoder block's untuned build ran 1.2-1.7x faster with it at 1 to 7 tokens, slower from 9; four panels
+    per job, as `gemm_derived_knobs` takes, ran 1.1-1.2x faster at 1 token but 0.6x at 2: docs/experiments.md)."""
     lanes = vector_lanes(task)
     width = 2 * lanes if lanes >= VECTOR_LANES else 3 * lanes
     few = task.shape[gemm.m] < FEW_ROWS
@@ -402,17 +403,19 @@ def batch_matmul_preferences(task: Task) -> dict[str, Any]:
 
 def gemm_derived_knobs(gemm: Gemm, task: Task, knobs: dict[str, Any]) -> dict[str, Any]:
     """`Template.derived_knobs`: another GEMM config's knobs for a kernel of a few rows, its weight panels (width,
-    packing) kept: each parallel job takes two panels and reads FEW_ROWS_K_STEP rows of K of one, then of the
-    other. With one row, the time goes to streaming the weight; two streams per core ran a 1-token model of three
-    768 x 3072 linear layers 20% faster than one panel after the other, where the weights nearly fill the L3
-    cache (docs/experiments.md). The knobs of a narrow path's space (`_path`) come back as they are."""
+    packing) kept: each parallel job takes DERIVED_PANELS panels (fewer where that would leave fewer than two jobs)
+    and reads FEW_ROWS_K_STEP rows of K of each in turn. With one row, the time goes to streaming the weight: where
+    the weights nearly fill the L3 cache, a 1-token model of three 768 x 3072 linear layers ran 20% faster on two
+    panels per job than on one, and a decoder block 10-19% faster at 1 and 2 tokens on four than on two
+    (docs/experiments.md). The knobs of a narrow path's space (`_path`) come back as they are."""
     if _path(gemm, task)[0] is not None:
         return knobs
     outer, mid, width = knobs["tile_j"]
-    tile_j = (outer // 2, 2, width) if mid == 1 and outer % 2 == 0 else (outer, mid, width)
+    panels = outer * mid
+    per_job = next((p for p in (DERIVED_PANELS, 2) if panels % p == 0 and panels // p >= 2), mid)
     k = math.prod(knobs["tile_k"])
     step = FEW_ROWS_K_STEP if k % FEW_ROWS_K_STEP == 0 else knobs["tile_k"][-1]
-    return {**knobs, "tile_j": tile_j, "tile_k": (k // step, step)}
+    return {**knobs, "tile_j": (panels // per_job, per_job, width), "tile_k": (k // step, step)}
 
 
 def matmul_derived_knobs(task: Task, knobs: dict[str, Any]) -> dict[str, Any]:

@@ -279,6 +279,17 @@ def test_an_untuned_gemm_of_a_few_rows_streams_b_two_panels_four_rows_of_k_at_a_
         assert _run(task, template.apply(task, cfg), template, cfg) is None, cfg.knobs
 
 
+def test_a_derived_few_row_kernel_takes_four_panels_per_job_while_two_jobs_are_left() -> None:
+    from search_spaces.matmul import dense_derived_knobs
+
+    task = make_task("dense", "batch=1,in_features=768,out_features=768", target=AVX2)
+    tuned = {"tile_i": (1, 1, 4), "tile_k": (3, 256), "mid_order": "ij", "pack_b": "pre", "auto_unroll": 64}
+    for tile_j, want in (((32, 1, 24), (8, 4, 24)), ((16, 2, 24), (8, 4, 24)), ((6, 1, 32), (3, 2, 32)),
+                         ((2, 1, 24), (2, 1, 24)), ((4, 1, 24), (2, 2, 24))):
+        derived = dense_derived_knobs(task, {**tuned, "tile_j": tile_j})
+        assert derived["tile_j"] == want and derived["tile_k"] == (192, 4), (tile_j, derived)
+
+
 def test_a_dense_narrower_than_its_register_tile_takes_its_weight_padded_to_the_tile() -> None:
     """52 outputs on one 56-column panel: W arrives as [1, K, 56], zeros past column 52."""
     task = _task("dense", "batch=4,in_features=32,out_features=52")
