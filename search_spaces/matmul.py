@@ -271,7 +271,8 @@ def gemm_relayouts(gemm: Gemm, task: Task, cfg: Config) -> tuple[Relayout, ...]:
         return ()
     jb = cfg["tile_j"][-1]
     batch = (task.shape[gemm.batch],) if gemm.batch else ()
-    return (Relayout(1, _packed_index_map(gemm, jb), (*batch, math.prod(cfg["tile_j"]) // jb, task.shape[gemm.k], jb)),)
+    shape = (*batch, math.prod(cfg["tile_j"]) // jb, task.shape[gemm.k], jb)
+    return (Relayout(1, _packed_index_map(gemm, jb), shape),)
 
 
 def gemm_preferences(gemm: Gemm, task: Task) -> dict[str, Any]:
@@ -397,8 +398,6 @@ def batch_matmul_apply(task: Task, cfg: Config):
 def batch_matmul_preferences(task: Task) -> dict[str, Any]:
     """Untuned batch_matmul config."""
     return gemm_preferences(BATCH_MATMUL, task)
-
-
 
 
 def gemm_derived_knobs(gemm: Gemm, task: Task, knobs: dict[str, Any]) -> dict[str, Any]:
