@@ -62,11 +62,16 @@ def test_failure_reasons_name_the_error_line_and_count_equal_causes_together():
 
 @pytest.mark.slow  # a builder worker importing TVM; failure reasons: test_failure_reasons_name_the_error_line_...
 def test_build_only_for_a_target_this_host_cannot_link_says_why():
+    """RISC-V (CI installs an aarch64 cross compiler, which links aarch64 kernels)."""
+    import shutil
+
     from autotune.operators import default_template_ref
 
+    if shutil.which("riscv64-linux-gnu-g++"):
+        pytest.skip("this host has a RISC-V cross compiler")
     task = make_task("matmul", {"M": 32, "N": 32, "K": 32},
-                     target={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})
+                     target={"kind": "llvm", "mtriple": "riscv64-linux-gnu", "mcpu": "generic-rv64"})
     report = build_only(task, 1, default_template_ref("matmul", "llvm"))
     assert report.compile_errors == 1 and report.built == 0
     assert "failed to build: 1 x compile_error:" in report.summary()
-    assert "wrong format" in report.summary() or "error" in report.summary().splitlines()[-1]
+    assert "no C++ cross compiler for riscv" in report.summary()
