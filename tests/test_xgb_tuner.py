@@ -162,16 +162,17 @@ def _batch_best(tuner) -> float:
 @pytest.mark.slow
 def test_random_share_of_transfer_batches_limits_misleading_records():
     """Records that rank this task backwards (the slowest first) steer the model's picks to slow configs; half
-    the batch drawn at random still finds fast ones."""
+    the batch drawn at random still finds fast ones (the median over seeds: in some, nothing in the batch beats
+    the untuned config that every first batch holds)."""
     space = TOY_MATMUL.define_space(OTHER_MM)
     inputs, results = _measure(OTHER_MM, space, space.sample(np.random.default_rng(9), 160))
     inverted = [MeasureResult((1e-6 / r.mean_s,), None, "", 0.0, 0.0) if r.ok else r for r in results]
     wrong = [Record(i, r, TOY_MATMUL.version, 1, {}) for i, r in zip(inputs, inverted)]
     options = {"transfer": wrong, "sa_chains": 8, "sa_steps": 12}
     misled = [_batch_best(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, transfer_explore=0.15, **options))
-              for s in range(3)]
-    hedged = [_batch_best(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, **options)) for s in range(3)]
-    assert np.mean(hedged) < 0.7 * np.mean(misled), (hedged, misled)
+              for s in range(6)]
+    hedged = [_batch_best(_xgb(MM, MM_SPACE, TOY_MATMUL_REF, seed=s, **options)) for s in range(6)]
+    assert np.median(hedged) < 0.7 * np.median(misled), (hedged, misled)
 
 
 def test_finetune_adds_own_trees_that_correct_misleading_transfer():
