@@ -91,9 +91,9 @@ class Template:
     knob values alone; configs over the GPU's limits are rejected before building (`gpu_limits.check_config`).
     None: never rejected (CPU templates).
     `dtypes`: the element types of the tasks it schedules; a task of another dtype gets no space from it.
-    `derived_knobs(task, knobs)`: the knobs of another task's config (a dynamic site's smallest uKernel) made fit
-    for `task`, a kernel derived from it without tuning (`autotune.dynamic.load.low_end_ukernels`: a few rows);
-    the closest config of `task`'s space is taken. None: the knobs as they are.
+    `derived_knobs(task, knobs)`: the knobs of another task's config (a dynamic site's tuned uKernel) made fit
+    for `task`, a kernel derived from it without tuning (`autotune.dynamic.load.derived_ukernels`: the heights a
+    site's tuned uKernels lack); the closest config of `task`'s space is taken. None: the knobs as they are.
     `from_task_func(sch, block, task, config)`: for a template whose `apply` schedules a function of its own
     rather than `prim_func(task)`: makes that function in `sch`, a schedule of the task's PrimFunc whose main
     block is `block`, and returns the blocks that play the parts of its named blocks (name -> block), so that the

@@ -4,8 +4,9 @@ backend (`dynamic=True`, on the dynamic build's log).
 
 The block is `models.GPTBlock` (d_model 768, 12 heads, GPT-2's layout; random weights, no download), exported
 once with the prompt (or cache) length a `torch.export.Dim` over 1..1024 and once per length with static shapes.
-Dynamic: `tune_model` on the dynamic program (prefill: its linear layers' uKernels, weighted by their pieces per
-inference over the range; decode: its linear layers, of one row, as ordinary tasks), then one `build_model`.
+Dynamic: `tune_model` on the dynamic program (prefill: each linear layer's tallest uKernel, weighted by the layer's
+time over the range, the other heights derived from it by the build; decode: its linear layers, of one row, as
+ordinary tasks), then one `build_model`.
 Static: `tune_model` of each length on its own (its own log folder, so nothing transfers between lengths), then
 a build per length. Both start from the shipped knowledge, as a user's
 run does. Every output is checked against eager; the five contenders are timed interleaved (the least of 3

@@ -401,13 +401,15 @@ def batch_matmul_preferences(task: Task) -> dict[str, Any]:
 
 
 def gemm_derived_knobs(gemm: Gemm, task: Task, knobs: dict[str, Any]) -> dict[str, Any]:
-    """`Template.derived_knobs`: another GEMM config's knobs for a kernel of a few rows, its weight panels (width,
-    packing) kept: each parallel job takes DERIVED_PANELS panels (fewer where that would leave fewer than two jobs)
-    and reads FEW_ROWS_K_STEP rows of K of each in turn. With one row, the time goes to streaming the weight: where
-    the weights nearly fill the L3 cache, a 1-token model of three 768 x 3072 linear layers ran 20% faster on two
-    panels per job than on one, and a decoder block 10-19% faster at 1 and 2 tokens on four than on two
-    (docs/experiments.md). The knobs of a narrow path's space (`_path`) come back as they are."""
-    if _path(gemm, task)[0] is not None:
+    """`Template.derived_knobs`: another GEMM config's knobs for a kernel of other rows, its weight panels (width,
+    packing) kept. With fewer rows than its register tile, each parallel job takes DERIVED_PANELS panels (fewer
+    where that would leave fewer than two jobs) and reads FEW_ROWS_K_STEP rows of K of each in turn. With one row,
+    the time goes to streaming the weight: where the weights nearly fill the L3 cache, a 1-token model of three
+    768 x 3072 linear layers ran 20% faster on two panels per job than on one, and a decoder block 10-19% faster at
+    1 and 2 tokens on four than on two (docs/experiments.md). With as many rows as its register tile or more, and
+    on a narrow path's space (`_path`), the knobs come back as they are (the space's closest config fits the tile
+    loops to the rows: a 4-row kernel so derived from a 64-row one ran 1.4-1.9x faster than with the rule)."""
+    if _path(gemm, task)[0] is not None or task.shape[gemm.m] >= knobs["tile_i"][-1]:
         return knobs
     outer, mid, width = knobs["tile_j"]
     panels = outer * mid

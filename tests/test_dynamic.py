@@ -16,6 +16,7 @@ from autotune.dynamic.compose import Planner
 from autotune.dynamic.dispatch import ALIGN, aligned_empty
 from autotune.dynamic.tuning import mapped_configs
 from autotune.dynamic.ukernels import LOW_END_PADDING, chosen_heights
+from autotune.database import TuningDatabase
 from autotune.errors import AutotuneError
 from autotune.hardware import parse_size
 from autotune.measure.types import MeasureInput, MeasureResult
@@ -290,7 +291,7 @@ def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
     summary = built.report.summary()
     assert "1 of 2 dynamic layers use tuned uKernels" in summary, summary
     assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs; 2 and 1 rows derived from " \
-           "the smallest (the epilogue in their write-back: relu)" in summary, summary
+           "them (the epilogue in their write-back: relu)" in summary, summary
     assert "dense(batch=1..300,in_features=64,out_features=16): uKernels on" in summary
     assert "(the epilogue in their write-back: add, strided_slice)" in summary or \
            "(the epilogue in their write-back: strided_slice, add)" in summary, summary
@@ -340,8 +341,8 @@ def test_rows_of_two_symbolic_sizes_keep_their_epilogue_apart():
 
 @pytest.mark.slow  # tune-model and builds: 13 s; the default tier tunes a dynamic program in the test below
 def test_tune_model_tunes_the_dynamic_sites_then_builds_from_them(tmp_path):
-    """extract / tune-model on a program with a dynamic batch: each dynamic matmul's uKernels are tasks, weighted
-    by their pieces per inference; the budget tunes them and the build uses them for every site."""
+    """extract / tune-model on a program with a dynamic batch: each dynamic matmul's tallest uKernel is a task,
+    weighted by the site's time in calls of it; the budget tunes them and the build uses them for every site."""
     torch = pytest.importorskip("torch")
     from conftest import UNHURRIED
 
@@ -531,15 +532,16 @@ def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):
 
 def test_the_range_low_end_gets_ukernels_of_its_rows_derived_from_the_smallest():
     """A range from one row gets uKernels of 1 and 2 rows with no tuning: the smallest uKernel's config mapped onto
-    their spaces (the weight packed alike: the module holds one copy), two or four weight panels per parallel job
-    (at least two jobs), their planner costs below the smallest's. One row
-    then runs on the 1-row uKernel, not a padded piece of a taller one, and every size still matches numpy."""
+    their spaces (the weight packed alike), two or four weight panels per parallel job (at least two jobs), their
+    planner costs below the smallest's. One row then runs on the 1-row uKernel, not a padded piece of a taller one,
+    and every size still matches numpy."""
     from autotune.dynamic.dispatch import DynamicKernel
-    from autotune.dynamic.load import default_ukernels, low_end_ukernels
+    from autotune.dynamic.load import default_ukernels, derived_ukernels, low_end_heights
 
     spec = parse_dynamic("dense", "batch=1..200,in_features=64,out_features=192")
     ukernels, _ = default_ukernels(spec, shipped=False, heights=[32, 8])
-    low = low_end_ukernels(spec, ukernels)
+    assert low_end_heights(spec, [32, 8]) == [2, 1]
+    low = derived_ukernels(spec, ukernels, [2, 1], few_rows=True)
     assert [u.height for u in low] == [2, 1]
     smallest = ukernels[-1]
     assert all(u.mean_s < smallest.mean_s for u in low)
@@ -556,6 +558,54 @@ def test_the_range_low_end_gets_ukernels_of_its_rows_derived_from_the_smallest()
     for m in (1, 2, 3, 5, 7, 9, 41, 200):
         x = rng.uniform(-1, 1, (m, 64)).astype("float32")
         np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
-    assert low_end_ukernels(parse_dynamic("dense", "batch=8..200,in_features=64,out_features=192"), ukernels) == []
+    assert low_end_heights(parse_dynamic("dense", "batch=8..200,in_features=64,out_features=192"), [32, 8]) == []
     cuda = parse_dynamic("dense", "batch=1..200,in_features=64,out_features=48", target="cuda")
-    assert low_end_ukernels(cuda, ukernels) == []
+    assert low_end_heights(cuda, [32, 8]) == []
+
+
+def test_a_site_tuned_at_its_tallest_ukernel_derives_the_others():
+    """On a CPU a model's dynamic site is one task, its tallest uKernel, weighted by the site's time over the range
+    in calls of it; the build derives the other heights from its record: the same weight panels (the weight packed
+    alike), the register tile kept where they have its rows (fewer: more panels per parallel job), planner costs
+    the tallest's time in proportion to rows. Every size matches numpy. On a GPU each chosen uKernel is a task."""
+    from autotune.dynamic.dispatch import DynamicKernel
+    from autotune.dynamic.load import model_ukernels
+    from autotune.dynamic.sites import pieces_per_call, ukernel_tasks
+    from autotune.hardware import hardware_model
+    from autotune.templates import heuristic_configs, resolve
+
+    spec = parse_dynamic("dense", "batch=1..200,in_features=64,out_features=192")
+    heights = chosen_heights(rank_ukernels(spec, hardware_model(spec.target)))
+    assert len(heights) > 1
+    tasks = ukernel_tasks(spec, calls=2)
+    assert [t for t, _ in tasks] == [spec.task(heights[0])]
+    assert tasks[0][1] > 2 * pieces_per_call(spec, heights)[heights[0]]  # the smaller pieces count too
+    cuda = parse_dynamic("dense", "batch=1..200,in_features=64,out_features=48", target="cuda")
+    assert len(ukernel_tasks(cuda, calls=1)) == len(chosen_heights(rank_ukernels(cuda, hardware_model(cuda.target))))
+
+    ref = "search_spaces.matmul:DENSE_CPU"
+    template, tall = resolve(ref), spec.task(heights[0])
+    config = heuristic_configs(template, tall, count=1)[0]
+    record = Record(MeasureInput(tall, config, ref), MeasureResult((1e-4,), None, "", 0.0, 0.0), template.version, 1,
+                    {})
+    found = model_ukernels(spec, TuningDatabase([record]))
+    lacking = {h for h in heights[1:] if 2 * h < heights[0]}  # within a factor 2 the tallest stands in
+    assert lacking and found.source == "logs" and set(found.derived) == lacking | {1, 2}
+    by_height = {u.height: u for u in found.ukernels}
+    assert by_height[heights[0]].config == config
+    rng = np.random.default_rng(5)
+    w = rng.uniform(-1, 1, (192, 64)).astype("float32")
+    packed = [u.fixed_operand(1, w) for u in found.ukernels]
+    assert all(np.array_equal(p, packed[0]) for p in packed)
+    rows = config["tile_i"][-1]
+    for h in lacking:
+        derived = by_height[h]
+        assert derived.mean_s == pytest.approx(1e-4 * h / heights[0])
+        if h >= rows:
+            assert {k: v for k, v in derived.config.knobs.items() if k != "tile_i"} == \
+                {k: v for k, v in config.knobs.items() if k != "tile_i"}
+            assert derived.config["tile_i"][-1] == rows
+    kernel = DynamicKernel(spec, found.ukernels)
+    for m in (1, 3, 6, 17, 40, 200):
+        x = rng.uniform(-1, 1, (m, 64)).astype("float32")
+        np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")

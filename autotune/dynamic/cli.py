@@ -14,7 +14,7 @@ from ..progress import ProgressBar
 from ..transfer import transfer_records
 from ..tune import check_search_arguments, ensure_measurable
 from .dispatch import DynamicKernel
-from .load import low_end_ukernels, make_ukernels, ukernel_records
+from .load import derived_ukernels, low_end_heights, make_ukernels, ukernel_records
 from .spec import parse_dynamic
 from .tuning import default_log_path, tune_dynamic, ukernel_budget
 
@@ -84,7 +84,8 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
         print(f"no valid config for the uKernel(s) {', '.join(f'{spec.dim}={h}' for h in missing)}")
         return 1
     ukernels = make_ukernels(spec, best, heights)
-    kernel = DynamicKernel(spec, ukernels + low_end_ukernels(spec, ukernels))
+    low = derived_ukernels(spec, ukernels, low_end_heights(spec, heights), few_rows=True)
+    kernel = DynamicKernel(spec, ukernels + low)
     print(kernel.describe(_report_sizes(spec.lo, spec.hi)))
     print(f"{result.trials} trials in {result.wall_s:.0f} s; log: {log}\n"
           f"use it: autotune.dynamic.load({log!r}, {spec.op!r}, {args.shape!r}"

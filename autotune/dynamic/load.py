@@ -4,8 +4,10 @@ model chooses."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AutotuneError
@@ -85,47 +87,71 @@ def default_ukernels(spec: DynamicSpec, shipped: bool = True,
 NEAR = 2.0  # a logged uKernel within this factor of a chosen height stands in for it
 
 
-def low_end_ukernels(spec: DynamicSpec, ukernels: Sequence[UKernel]) -> list[UKernel]:
-    """On a CPU, uKernels of the range's lowest sizes (`spec.lo` and twice it) below the smallest of `ukernels`,
-    derived from it with no tuning: a few rows of a GEMM stream its weight once, so a kernel of exactly those rows
-    takes about the time of a matrix-vector product, where a padded piece of the smallest uKernel computes every
-    row of its height. Each takes the smallest's config mapped onto its space (its weight panels kept, the register
-    tile cut to its rows: the weight packed alike, one copy for all), as its template derives it for few rows
-    (`Template.derived_knobs`); its planner cost is the smallest's time scaled by the hardware model's prediction."""
-    if spec.target.get("kind") != "llvm" or not ukernels:
+def low_end_heights(spec: DynamicSpec, heights: Sequence[int]) -> list[int]:
+    """On a CPU, the range's lowest sizes (`spec.lo`, twice it) below the smallest of `heights`, tallest first: a few
+    rows of a GEMM stream its weight once, so a kernel of exactly those rows takes about the time of a
+    matrix-vector product, where a padded piece of the smallest computes every row of its height."""
+    if spec.target.get("kind") != "llvm" or not heights:
         return []
-    smallest = min(ukernels, key=lambda u: u.height)
-    if smallest.template is None or smallest.config is None:
-        return []
+    return sorted((h for h in {spec.lo, 2 * spec.lo} if h < min(heights)), reverse=True)
+
+
+def derived_ukernels(spec: DynamicSpec, donors: Sequence[UKernel], heights: Sequence[int],
+                     few_rows: bool = False) -> list[UKernel]:
+    """uKernels at `heights` derived with no tuning from `donors`: each takes the config of the donor nearest its
+    height (in ratio; the taller of two) mapped onto its space, as its template derives it
+    (`Template.derived_knobs`: fewer rows than the register tile take more weight panels per parallel job), the
+    weight panels and their packing kept. Its planner cost is the donor's time times the ratio of their rows (the
+    same tiles, fewer or more of them), or with `few_rows` (the range's low end), times the hardware model's
+    predicted ratio (streaming the weight bounds a few rows). A donor without a config derives nothing."""
     hw, cost = hardware_model(spec.target), op_cost(spec)
     out = []
-    for h in sorted({spec.lo, 2 * spec.lo}, reverse=True):
-        if h >= smallest.height:
+    for h in heights:
+        donor = min(donors, key=lambda u: (abs(math.log(u.height / h)), -u.height))
+        if donor.template is None or donor.config is None:
             continue
         task = spec.task(h)
-        space = space_of(smallest.template, task)
-        derive = smallest.template.derived_knobs
-        knobs = dict(smallest.config.knobs) if derive is None else derive(task, dict(smallest.config.knobs))
+        space = space_of(donor.template, task)
+        derive = donor.template.derived_knobs
+        knobs = dict(donor.config.knobs) if derive is None else derive(task, dict(donor.config.knobs))
         config = space.get(space.nearest(knobs)[0])
-        mean_s = smallest.mean_s * predict_time(hw, cost, h) / predict_time(hw, cost, smallest.height)
-        out.append(UKernel(h, task, smallest.template.kernel(task, config)["main"], mean_s, None,
-                           smallest.template, config))
+        ratio = predict_time(hw, cost, h) / predict_time(hw, cost, donor.height) if few_rows else h / donor.height
+        out.append(UKernel(h, task, donor.template.kernel(task, config)["main"], donor.mean_s * ratio, None,
+                           donor.template, config))
     return out
 
 
-def model_ukernels(spec: DynamicSpec, records: TuningDatabase, shipped: bool = True) -> tuple[list[UKernel], str]:
-    """(uKernels, where they come from) of a model's dynamic site: the records' uKernels, and for each height the
-    analytic model chooses that they lack, none of theirs within a factor NEAR of it (a model tuned with a small
-    budget, or for another range: torch.compile's sizes have no bound), the default one (`default_ukernels`).
-    Where: "logs", "logs and shipped", ..., or the defaults' alone."""
+@dataclass(frozen=True)
+class SiteUKernels:
+    """A model's dynamic site's uKernels, where their configs come from ("logs", "shipped", "heuristic", or the
+    logs' and, for heights they lack, those), and the heights derived from others (`derived_ukernels`)."""
+
+    ukernels: list[UKernel]
+    source: str
+    derived: tuple[int, ...]
+
+
+def model_ukernels(spec: DynamicSpec, records: TuningDatabase, shipped: bool = True) -> SiteUKernels:
+    """The uKernels of a model's dynamic site: the records' uKernels, and each height the analytic model chooses
+    that they lack (none of theirs within a factor NEAR of it: `tune_model` tunes a site's tallest uKernel only,
+    `sites.ukernel_tasks`; torch.compile's sizes have no bound), on a CPU derived from the records' ones, else
+    the default one (`default_ukernels`); on a CPU, the range's low end (`low_end_heights`) derived from them."""
     best = ukernel_records(spec, records)
     missing = [h for h in chosen_heights(rank_ukernels(spec, hardware_model(spec.target)))
                if not any(h / NEAR <= b <= h * NEAR for b in best)]
     tuned = make_ukernels(spec, best) if best else []
-    if not missing:
-        return tuned, "logs"
-    defaults, source = default_ukernels(spec, shipped, missing)
-    return tuned + defaults, f"logs and {source}" if tuned else source
+    if tuned and spec.target.get("kind") == "llvm":
+        derived = derived_ukernels(spec, tuned, missing)
+        derived += derived_ukernels(spec, tuned + derived, low_end_heights(spec, [u.height for u in tuned + derived]),
+                                    few_rows=True)
+        return SiteUKernels(tuned + derived, "logs", tuple(u.height for u in derived))
+    source = "logs"
+    ukernels = tuned
+    if missing:
+        defaults, source = default_ukernels(spec, shipped, missing)
+        ukernels, source = tuned + defaults, f"logs and {source}" if tuned else source
+    low = derived_ukernels(spec, ukernels, low_end_heights(spec, [u.height for u in ukernels]), few_rows=True)
+    return SiteUKernels(ukernels + low, source, tuple(u.height for u in low))
 
 
 def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | DynamicSpec, shape: str | None = None,
@@ -135,8 +161,8 @@ def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | Dynamic
     log(s).
 
     Every task of the operator with the same fixed parameters and target is used as a uKernel
-    (its best valid config), with the range's low end derived from the smallest (`low_end_ukernels`), unless
-    `heights` names the ones to use.
+    (its best valid config), with the range's low end derived from them (`low_end_heights`), unless `heights`
+    names the ones to use.
     """
     spec = op if isinstance(op, DynamicSpec) else parse_dynamic(op, shape or "", dtype, target=target)
     db = TuningDatabase.open(log)
@@ -146,4 +172,5 @@ def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | Dynamic
         raise AutotuneError(f"no valid uKernel record of {spec} in {log}"
                             + (" made by the current template version (re-tune)" if stale else ""))
     ukernels = make_ukernels(spec, best, heights)
-    return DynamicKernel(spec, ukernels + (low_end_ukernels(spec, ukernels) if heights is None else []))
+    low = derived_ukernels(spec, ukernels, low_end_heights(spec, best), few_rows=True) if heights is None else []
+    return DynamicKernel(spec, ukernels + low)

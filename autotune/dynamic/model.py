@@ -32,7 +32,7 @@ from ..target import (export_library, kernel_threads, parse_target, to_tvm_targe
                       use_target_threads, vector_unit)
 from .compiled import build_context
 from .dispatch import DynamicKernel, as_aligned
-from .load import low_end_ukernels, model_ukernels
+from .load import model_ukernels
 from .fusion import fuse_dispatch_groups
 from .symbolic_ops import rewrite_symbolic_ops
 from ..model.rewrite import rewrite_calls
@@ -47,7 +47,7 @@ class DynamicSite:
 
     spec: DynamicSpec
     source: str
-    low_end: tuple[int, ...] = ()  # heights of its uKernels derived from its smallest one (`load.low_end_ukernels`)
+    derived: tuple[int, ...] = ()  # heights of its uKernels derived from the others (`load.derived_ukernels`)
     fused: list[list[str]] = field(default_factory=list)  # per call fused with its epilogue: the epilogue's functions
 
     @property
@@ -56,8 +56,9 @@ class DynamicSite:
 
     def line(self) -> str:
         ops = ", ".join(dict.fromkeys(re.sub(r"\d+$", "", op) for ops in self.fused for op in ops))
-        low = f"; {' and '.join(map(str, self.low_end))} rows derived from the smallest" if self.low_end else ""
-        return self._line() + low + (f" (the epilogue in their write-back: {ops})" if ops else "")
+        *most, last = map(str, self.derived or (0,))
+        derived = f"; {', '.join(most) + ' and ' if most else ''}{last} rows derived from them" if self.derived else ""
+        return self._line() + derived + (f" (the epilogue in their write-back: {ops})" if ops else "")
 
     def _line(self) -> str:
         if self.tuned:
@@ -153,10 +154,9 @@ def rewrite_sites(mod: Any, target: dict, records: TuningDatabase, shipped: bool
         its kernel."""
         if key not in kernels:
             spec = specs[key][0]
-            ukernels, source = model_ukernels(spec, records, shipped)
-            low = low_end_ukernels(spec, ukernels)
-            sites.append(DynamicSite(spec, source, tuple(u.height for u in low)))
-            kernels[key] = DynamicKernel(spec, ukernels + low)
+            found = model_ukernels(spec, records, shipped)
+            sites.append(DynamicSite(spec, found.source, found.derived))
+            kernels[key] = DynamicKernel(spec, found.ukernels)
         if (key, fusable) not in gvars:
             spec, func = kernels[key].spec, kernels[key].func.without_attr("global_symbol")
             name = "dynamic_" + "_".join([spec.op, *(f"{k}{v}" for k, v in spec.fixed)])

@@ -10,10 +10,10 @@ size, its range from the export's `Dim` bounds (`SITE_MATCHERS`):
   `im2col.lower_symbolic_convs`): a dense site over its output pixels.
 Sites of the same static parameters share one dynamic kernel (the union of their ranges).
 
-To tune them within a model's budget, each site becomes the static tasks of its chosen uKernels (the analytic
-ranking, `ukernels.rank_ukernels`), each weighted by how many pieces of it a call takes on average over the range
-(sizes spread log-uniformly, the planner's covers on predicted times) times the site's calls: the task
-scheduler then spends trials where they cut the model's time over the range most.
+To tune them within a model's budget, each site becomes static tasks of its chosen uKernels (the analytic
+ranking, `ukernels.rank_ukernels`; on a CPU the tallest only, the build derives the others from it), weighted by
+the site's time over the range (sizes spread log-uniformly, the planner's covers on predicted times) times its
+calls: the task scheduler then spends trials where they cut the model's time over the range most.
 """
 
 from __future__ import annotations
@@ -239,11 +239,21 @@ def pieces_per_call(spec: DynamicSpec, heights: list[int]) -> dict[int, float]:
 
 
 def ukernel_tasks(spec: DynamicSpec, calls: int, max_kernels: int = 3) -> list[tuple[Task, float]]:
-    """(uKernel task, its pieces per inference: the mean over the range, a fraction where most sizes take none) of
-    a site, tallest first; a uKernel few sampled sizes use still gets MIN_WEIGHT. A dense site's uKernels are tuned
-    on the operator's default template (`ukernel_template_ref` is the same), as its static calls are."""
-    heights = chosen_heights(rank_ukernels(spec, hardware_model(spec.target), max_kernels=max_kernels))
+    """(uKernel task, its weight) of a site, tallest first. On a CPU, the tallest chosen uKernel only: the build
+    derives the others from its config (`load.model_ukernels`; tuned on their own with a model's small budget,
+    each found the tallest's panels and tiles, for three times the fixed costs of a task), and its weight is the
+    site's time per inference in calls of it (each height's pieces per call, the mean over the range, times its
+    predicted time over the tallest's). On a GPU, each chosen uKernel, weighted by its pieces per inference (a
+    fraction where most sizes take none). A weight is at least MIN_WEIGHT. A dense site's uKernels are tuned on
+    the operator's default template (`ukernel_template_ref` is the same), as its static calls are."""
+    hw = hardware_model(spec.target)
+    heights = chosen_heights(rank_ukernels(spec, hw, max_kernels=max_kernels))
     pieces = pieces_per_call(spec, heights)
+    if spec.target.get("kind") == "llvm":
+        cost = op_cost(spec)
+        tallest = predict_time(hw, cost, heights[0])
+        calls_of_tallest = sum(n * predict_time(hw, cost, h) / tallest for h, n in pieces.items())
+        return [(spec.task(heights[0]), max(MIN_WEIGHT, round(calls_of_tallest * calls, 2)))]
     return [(spec.task(h), max(MIN_WEIGHT, round(pieces[h] * calls, 2))) for h in heights]
 
 

@@ -511,8 +511,9 @@ def extract_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm",
 
     via: "export" (torch.export, the whole program), "compile" (every graph torch.compile captures,
     for programs torch.export cannot take whole or TVM cannot import whole), or "auto" (export, else compile).
-    An ExportedProgram (or .pt2) with a symbolic input size gives its dynamic sites' uKernel tasks instead, each
-    weighted by its pieces per inference over the size's range.
+    An ExportedProgram (or .pt2) with a symbolic input size gives its dynamic sites' uKernel tasks instead
+    (`autotune.dynamic.sites.ukernel_tasks`: on a CPU each site's tallest, weighted by the site's time over the
+    size's range in calls of it).
     left: if given, gets a line ("what: why") per call of a tunable kind that is left to TVM.
     allow_pickle: load a `.pt2` that runs code when loaded (see `capture.load_program`).
     """

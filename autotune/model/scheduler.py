@@ -42,7 +42,7 @@ class TaskState:
     """What the scheduler knows about one task: its trials so far and its best latency after each."""
 
     task: Task
-    weight: float  # calls per inference (a dynamic site's uKernel: its mean pieces per inference over the range)
+    weight: float  # calls per inference (a dynamic site's uKernel: `autotune.dynamic.sites.ukernel_tasks`)
     trials: int = 0
     best_history: list[float] = field(default_factory=list)  # best seconds after each trial (inf: none yet)
     exhausted: bool = False
