@@ -290,7 +290,7 @@ def test_model_with_dynamic_batch_exports_its_dynamic_kernels(tmp_path):
     built = build_model(program, logs=[log])
     summary = built.report.summary()
     assert "1 of 2 dynamic layers use tuned uKernels" in summary, summary
-    assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs; 2 and 1 rows derived from " \
+    assert "dense(batch=1..300,in_features=64,out_features=64): uKernels from the logs; 3, 2 and 1 rows derived from " \
            "them (the epilogue in their write-back: relu)" in summary, summary
     assert "dense(batch=1..300,in_features=64,out_features=16): uKernels on" in summary
     assert "(the epilogue in their write-back: add, strided_slice)" in summary or \
@@ -531,28 +531,35 @@ def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):
 
 
 def test_the_range_low_end_gets_ukernels_of_its_rows_derived_from_the_smallest():
-    """A range from one row gets uKernels of 1 and 2 rows with no tuning: the smallest uKernel's config mapped onto
-    their spaces (the weight packed alike), two or four weight panels per parallel job (at least two jobs), their
-    planner costs below the smallest's. One row then runs on the 1-row uKernel, not a padded piece of a taller one,
-    and every size still matches numpy."""
+    """A range from one row gets uKernels of 1, 2 and 3 rows with no tuning: the smallest uKernel's config mapped onto
+    their spaces (the weight packed alike); those of fewer rows than its register tile take two or four weight
+    panels per parallel job (at least two jobs), the others its knobs; their planner costs below the smallest's.
+    One row then runs on the 1-row uKernel, not a padded piece of a taller one, and every size still matches
+    numpy."""
     from autotune.dynamic.dispatch import DynamicKernel
     from autotune.dynamic.load import default_ukernels, derived_ukernels, low_end_heights
 
     spec = parse_dynamic("dense", "batch=1..200,in_features=64,out_features=192")
     ukernels, _ = default_ukernels(spec, shipped=False, heights=[32, 8])
-    assert low_end_heights(spec, [32, 8]) == [2, 1]
-    low = derived_ukernels(spec, ukernels, [2, 1], few_rows=True)
-    assert [u.height for u in low] == [2, 1]
+    assert low_end_heights(spec, [32, 8]) == [3, 2, 1]
+    low = derived_ukernels(spec, ukernels, [3, 2, 1], few_rows=True)
+    assert [u.height for u in low] == [3, 2, 1]
     smallest = ukernels[-1]
     assert all(u.mean_s < smallest.mean_s for u in low)
     rng = np.random.default_rng(4)
     w = rng.uniform(-1, 1, (192, 64)).astype("float32")
     packed = [u.fixed_operand(1, w) for u in (smallest, *low)]
     assert all(np.array_equal(p, packed[0]) for p in packed)
-    for u in low:  # two or four weight panels per job (two jobs at least), read 4 rows of K at a time
+    tile_rows = smallest.config["tile_i"][-1]
+    assert 1 < tile_rows <= 3  # the heuristic 8-row config's register tile: both cases below
+    for u in low:  # under its tile's rows: two or four weight panels per job (two jobs at least), 4 rows of K a step
         outer, mid, width = u.config["tile_j"]
-        assert mid in (2, 4) and outer >= 2 and width == smallest.config["tile_j"][-1], u.config
-        assert u.config["tile_k"] == (16, 4), u.config
+        if u.height < tile_rows:
+            assert mid in (2, 4) and outer >= 2 and width == smallest.config["tile_j"][-1], u.config
+            assert u.config["tile_k"] == (16, 4), u.config
+        else:
+            assert {k: v for k, v in u.config.knobs.items() if k != "tile_i"} == \
+                {k: v for k, v in smallest.config.knobs.items() if k != "tile_i"}
     kernel = DynamicKernel(spec, ukernels + low)
     assert [(p.height, p.padded) for p in kernel.plan(1).pieces] == [(1, False)]
     for m in (1, 2, 3, 5, 7, 9, 41, 200):
@@ -590,7 +597,7 @@ def test_a_site_tuned_at_its_tallest_ukernel_derives_the_others():
                     {})
     found = model_ukernels(spec, TuningDatabase([record]))
     lacking = {h for h in heights[1:] if 2 * h < heights[0]}  # within a factor 2 the tallest stands in
-    assert lacking and found.source == "logs" and set(found.derived) == lacking | {1, 2}
+    assert lacking and found.source == "logs" and set(found.derived) == lacking | {1, 2, 3}
     by_height = {u.height: u for u in found.ukernels}
     assert by_height[heights[0]].config == config
     rng = np.random.default_rng(5)

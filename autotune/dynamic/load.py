@@ -18,7 +18,7 @@ from ..records import Record
 from ..templates import resolve, space_of
 from .dispatch import DynamicKernel, UKernel
 from .spec import DynamicSpec, parse_dynamic
-from .ukernels import chosen_heights, op_cost, predict_time, rank_ukernels
+from .ukernels import LOW_END_PADDING, chosen_heights, op_cost, predict_time, rank_ukernels
 
 
 def ukernel_records(spec: DynamicSpec, records: TuningDatabase | Iterable[Record]) -> dict[int, Record]:
@@ -88,12 +88,14 @@ NEAR = 2.0  # a logged uKernel within this factor of a chosen height stands in f
 
 
 def low_end_heights(spec: DynamicSpec, heights: Sequence[int]) -> list[int]:
-    """On a CPU, the range's lowest sizes (`spec.lo`, twice it) below the smallest of `heights`, tallest first: a few
-    rows of a GEMM stream its weight once, so a kernel of exactly those rows takes about the time of a
-    matrix-vector product, where a padded piece of the smallest computes every row of its height."""
+    """On a CPU, the range's lowest sizes below the smallest of `heights`, tallest first: the multiples of `spec.lo`
+    below LOW_END_PADDING times it (1, 2 and 3 rows from one). A few rows of a GEMM stream its weight once, so a
+    kernel of exactly those rows takes about the time of a matrix-vector product, where a padded piece of the
+    smallest computes every row of its height (a decoder block at 3 tokens ran 1.4x faster on a derived 3-row
+    kernel than on a padded 4-row one: docs/experiments.md)."""
     if spec.target.get("kind") != "llvm" or not heights:
         return []
-    return sorted((h for h in {spec.lo, 2 * spec.lo} if h < min(heights)), reverse=True)
+    return [h for h in range((LOW_END_PADDING - 1) * spec.lo, 0, -spec.lo) if h < min(heights)]
 
 
 def derived_ukernels(spec: DynamicSpec, donors: Sequence[UKernel], heights: Sequence[int],
