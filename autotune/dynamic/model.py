@@ -56,8 +56,9 @@ class DynamicSite:
 
     def line(self) -> str:
         ops = ", ".join(dict.fromkeys(re.sub(r"\d+$", "", op) for ops in self.fused for op in ops))
-        *most, last = map(str, self.derived or (0,))
-        derived = f"; {', '.join(most) + ' and ' if most else ''}{last} rows derived from them" if self.derived else ""
+        heights = [str(h) for h in self.derived]
+        listed = " and ".join(filter(None, (", ".join(heights[:-1]), *heights[-1:])))
+        derived = f"; {listed} row{'' if heights == ['1'] else 's'} derived from them" if heights else ""
         return self._line() + derived + (f" (the epilogue in their write-back: {ops})" if ops else "")
 
     def _line(self) -> str:
