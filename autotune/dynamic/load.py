@@ -174,5 +174,5 @@ def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | Dynamic
         raise AutotuneError(f"no valid uKernel record of {spec} in {log}"
                             + (" made by the current template version (re-tune)" if stale else ""))
     ukernels = make_ukernels(spec, best, heights)
-    low = derived_ukernels(spec, ukernels, low_end_heights(spec, best), few_rows=True) if heights is None else []
+    low = derived_ukernels(spec, ukernels, low_end_heights(spec, list(best)), few_rows=True) if heights is None else []
     return DynamicKernel(spec, ukernels + low)
