@@ -293,7 +293,7 @@ class GraphRunner:
 
         try:
             model = exported.program if dynamic_program(exported.program) is not None else import_program(
-                exported.program, [args[i] for i in exported.user], "the graph", decomposed=True)
+                exported.program, [args[i] for i in exported.user], "the graph")
             return build_model(model, target=self.settings.target, records=self.settings.records(),
                                shipped=self.settings.shipped)
         except AutotuneError as err:

@@ -2,8 +2,10 @@
 against static builds tuned per length, PyTorch eager, Inductor (`dynamic=True`) and autotune's torch.compile
 backend (`dynamic=True`, on the dynamic build's log).
 
-The block is `models.GPTBlock` (d_model 768, 12 heads, GPT-2's layout; random weights, no download), exported
-once with the prompt (or cache) length a `torch.export.Dim` over 1..1024 and once per length with static shapes.
+The model is `models.GPTBlock` (d_model 768, 12 heads, GPT-2's layout; random weights, no download) or, with
+`--model gpt2`, transformers' `GPT2Model` built from a `GPT2Config` (`--layers`, default 2; its default attention;
+a `DynamicCache` of the past keys and values; random weights, no download), exported once with the prompt (or
+cache) length a `torch.export.Dim` over 1..1024 and once per length with static shapes.
 Dynamic: `tune_model` on the dynamic program (prefill: each linear layer's tallest uKernel, weighted by the layer's
 time over the range, the other heights derived from it by the build; decode: its linear layers, of one row, as
 ordinary tasks), then one `build_model`.
@@ -15,6 +17,7 @@ medians of 5 samples), in one process. Tuning logs and wall times live under --w
     python benchmarks/bench_dynamic_model.py                         # tune, build, time, check (about 25 min)
     python benchmarks/bench_dynamic_model.py --no-tune               # build and time from the logs
     python benchmarks/bench_dynamic_model.py --phase decode          # one token against a cache of 1..1024
+    python benchmarks/bench_dynamic_model.py --model gpt2            # transformers' GPT-2 (2 layers)
 """
 
 from __future__ import annotations
@@ -52,36 +55,70 @@ def block():
     return GPTBlock(HEADS * HEAD_DIM, HEADS).eval()
 
 
-def phase_inputs(phase: str, length: int, seed: int = 0):
-    """prefill: `length` new tokens, no cache; decode: one new token against a cache of `length` tokens."""
+def gpt2(layers: int):
+    """transformers' GPT2Model from a GPT2Config (d_model 768, 12 heads, `layers` layers, random weights) called as
+    the block is: forward(x, past_k, past_v), x the new tokens' embeddings [1, t, 768], the caches [layers, 1,
+    heads, past, head_dim] (a DynamicCache inside); returns its last hidden state and the updated caches."""
+    import torch
+    from transformers import DynamicCache, GPT2Config, GPT2Model
+
+    config = GPT2Config(n_layer=layers, n_embd=HEADS * HEAD_DIM, n_head=HEADS, n_positions=2 * RANGE[1] + 1,
+                        vocab_size=256, bos_token_id=0, eos_token_id=0, attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0)
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gpt2 = GPT2Model(config)
+
+        def forward(self, x, past_k, past_v):
+            cache = DynamicCache(config=config)
+            for i in range(layers):
+                cache.update(past_k[i], past_v[i], i)
+            past = past_k.shape[3]
+            positions = torch.arange(past, past + x.shape[1]).unsqueeze(0)
+            out = self.gpt2(inputs_embeds=x, past_key_values=cache, position_ids=positions, use_cache=True)
+            kv = out.past_key_values.layers
+            return (out.last_hidden_state, torch.stack([c.keys for c in kv]),
+                    torch.stack([c.values for c in kv]))
+
+    torch.manual_seed(0)
+    return Decoder().eval()
+
+
+def phase_inputs(phase: str, length: int, seed: int = 0, layers: int = 0):
+    """prefill: `length` new tokens, no cache; decode: one new token against a cache of `length` tokens. The
+    caches: [1, heads, t, head_dim] (the block's; `layers` 0), else [layers, 1, heads, t, head_dim] (`gpt2`)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
+    lead = (layers,) if layers else ()
     if phase == "prefill":
-        empty = torch.zeros(1, HEADS, 0, HEAD_DIM)
+        empty = torch.zeros(*lead, 1, HEADS, 0, HEAD_DIM)
         return torch.randn(1, length, HEADS * HEAD_DIM, generator=gen), empty, empty.clone()
     return (torch.randn(1, 1, HEADS * HEAD_DIM, generator=gen),
-            *(torch.randn(1, HEADS, length, HEAD_DIM, generator=gen) for _ in range(2)))
+            *(torch.randn(*lead, 1, HEADS, length, HEAD_DIM, generator=gen) for _ in range(2)))
 
 
-def export_dynamic(model, phase: str):
+def export_dynamic(model, phase: str, layers: int = 0):
     import torch
 
     t = torch.export.Dim("t", min=RANGE[0], max=RANGE[1])
+    past = 3 if layers else 2
     shapes = ({"x": {1: t}, "past_k": None, "past_v": None} if phase == "prefill" else
-              {"x": None, "past_k": {2: t}, "past_v": {2: t}})
-    return torch.export.export(model, phase_inputs(phase, 16), dynamic_shapes=shapes)
+              {"x": None, "past_k": {past: t}, "past_v": {past: t}})
+    return torch.export.export(model, phase_inputs(phase, 16, layers=layers), dynamic_shapes=shapes)
 
 
-def export_static(model, phase: str, length: int):
+def export_static(model, phase: str, length: int, layers: int = 0):
     import torch
 
-    return torch.export.export(model, phase_inputs(phase, length))
+    return torch.export.export(model, phase_inputs(phase, length, layers=layers))
 
 
 def tune(args, model, times: Times) -> None:
-    dynamic = export_dynamic(model, args.phase)
-    static = [(f"static-t{t}", export_static(model, args.phase, t), args.static_trials, 16) for t in LENGTHS]
+    dynamic = export_dynamic(model, args.phase, args.layers)
+    static = [(f"static-t{t}", export_static(model, args.phase, t, args.layers), args.static_trials, 16)
+              for t in LENGTHS]
     tune_runs(args, [dynamic_run(dynamic, args.dynamic_trials), *static], times)
 
 
@@ -125,16 +162,16 @@ def compare(args, model, times: Times) -> str:
     from autotune.model import build_model
 
     dyn_log = Path(args.work) / "dynamic" / "log.jsonl"
-    dynamic = build_model(export_dynamic(model, args.phase), logs=[dyn_log])
+    dynamic = build_model(export_dynamic(model, args.phase, args.layers), logs=[dyn_log])
     inductor = torch.compile(model, dynamic=True)
     backend = torch.compile(model, backend="autotune", dynamic=True, options={"logs": [str(dyn_log)]})
     rows, vs_static, vs_eager, vs_inductor, backend_vs_eager = [], [], [], [], []
     static_s = sum(times.get(f"static-t{t}") for t in LENGTHS)
     static_trials = sum(_trials(Path(args.work) / f"static-t{t}" / "log.jsonl") for t in LENGTHS)
     for t in LENGTHS:
-        static = build_model(export_static(model, args.phase, t),
+        static = build_model(export_static(model, args.phase, t, args.layers),
                              logs=[Path(args.work) / f"static-t{t}" / "log.jsonl"])
-        inputs = phase_inputs(args.phase, t, seed=t)
+        inputs = phase_inputs(args.phase, t, seed=t, layers=args.layers)
         with torch.no_grad():
             want = [o.numpy() for o in model(*inputs)]
             for name, got in (("dynamic", dynamic(*inputs)), ("static", static(*inputs)),
@@ -177,7 +214,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--phase", choices=["prefill", "decode"], default="prefill",
                     help="prefill: a prompt of 1..1024 tokens; decode: one token against a cache of 1..1024")
-    ap.add_argument("--work", help="logs and tuning times (default: benchmarks/work/dynamic_model[_decode])")
+    ap.add_argument("--model", choices=["block", "gpt2"], default="block",
+                    help="block: benchmarks/models.py's GPT-2-style block; gpt2: transformers' GPT2Model from a config")
+    ap.add_argument("--layers", type=int, default=2, help="the gpt2 model's layers")
+    ap.add_argument("--work", help="logs and tuning times (default: benchmarks/work/dynamic_model[_gpt2][_decode])")
     ap.add_argument("--no-tune", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="print tune-model's progress")
     ap.add_argument("--no-write", action="store_true", help="print the table; store no result")
@@ -187,7 +227,9 @@ def main() -> None:
         LENGTHS[:] = [int(v) for v in args.lengths.split(",")]
         args.no_write = True
     reexec_clean(args.threads)
-    suffix = "" if args.phase == "prefill" else "_decode"
+    if args.model == "block":
+        args.layers = 0
+    suffix = ("" if args.model == "block" else f"_{args.model}") + ("" if args.phase == "prefill" else "_decode")
     args.work = args.work or f"benchmarks/work/dynamic_model{suffix}"
     warnings.simplefilter("ignore")
     import torch
@@ -196,7 +238,7 @@ def main() -> None:
     from autotune.target import cpu_name, host_llvm_target
 
     torch.set_num_threads(args.threads)
-    model = block()
+    model = block() if args.model == "block" else gpt2(args.layers)
     times = Times(Path(args.work) / "tuning_times.json")
     if not args.no_tune:
         tune(args, model, times)
@@ -205,11 +247,20 @@ def main() -> None:
             "kernels") if args.phase == "prefill" else \
         ("a dynamic cache length", "decode of one token against a cache of t tokens", "its linear layers, of a "
          "static shape, on their tasks' kernels")
+    if args.model == "block":
+        title, model_text = "A decoder block", "GPT-2-style block (`models.GPTBlock`, d_model 768, 12 heads)"
+    else:
+        import transformers
+
+        title = f"transformers' GPT-2 ({args.layers} layers)"
+        model_text = (f"transformers {transformers.__version__} `GPT2Model` from a `GPT2Config` ({args.layers} "
+                      "layers, d_model 768, 12 heads, its default attention; random weights), the new tokens' "
+                      "embeddings and a `DynamicCache` of the past keys and values in")
     text = "\n".join([
-        f"## A decoder block with {what[0]}: one dynamic build vs static builds per length "
+        f"## {title} with {what[0]}: one dynamic build vs static builds per length "
         "(`benchmarks/bench_dynamic_model.py`)", "",
         (f"CPU {cpu_name(host_llvm_target(args.threads))}, {args.threads} threads (TVM and torch); TVM "
-         f"{tvm.__version__}, torch {torch.__version__}. GPT-2-style block (d_model 768, 12 heads), batch 1, "
+         f"{tvm.__version__}, torch {torch.__version__}. {model_text}, batch 1, "
          f"{what[1]}, float32. Dynamic: one export with t in {RANGE[0]}..{RANGE[1]}, `tune_model` "
          f"{args.dynamic_trials} trials in rounds of an equal share per task, one build ({what[2]}; attention's "
          "products and softmax on the hand-written kernels of symbolic sizes, norms and elementwise ops on the "

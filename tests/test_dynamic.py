@@ -616,3 +616,50 @@ def test_a_site_tuned_at_its_tallest_ukernel_derives_the_others():
     for m in (1, 3, 6, 17, 40, 200):
         x = rng.uniform(-1, 1, (m, 64)).astype("float32")
         np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-4, atol=1e-4, err_msg=f"batch={m}")
+
+
+def _causal_by_positions():
+    """Attention under a causal mask made as transformers makes it: positions, `torch.diff` of them to find packed
+    sequences (slices along the last dimension, of a symbolic size), their cumulative sum, comparisons."""
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1]).unsqueeze(0)
+            seq = (torch.diff(pos, dim=-1, prepend=pos[:, :1] - 1) != 1).cumsum(-1)
+            mask = (seq[:, :, None] == seq[:, None, :]) & (pos[:, None, :] <= pos[:, :, None])
+            scores = (x @ x.transpose(-1, -2)).masked_fill(~mask, float("-inf"))
+            return scores.softmax(-1) @ self.fc(x)
+
+    return Net().eval()
+
+
+def test_a_mask_sliced_along_a_symbolic_size_builds_and_bad_inputs_are_one_line_errors():
+    """Slices of a symbolic size that torch proves within their dimension import with its size (TVM's own
+    converter clamps them into shapes Relax cannot compare, and its legalization takes no negative axis): the
+    model builds and matches PyTorch at every length. Inputs outside what the model was exported for (a length
+    beyond the range, a static size, a dtype, their number) are one-line errors before anything runs."""
+    torch = pytest.importorskip("torch")
+    from autotune.model.build import build_model
+
+    torch.manual_seed(0)
+    model = _causal_by_positions()
+    t = torch.export.Dim("t", min=1, max=64)
+    program = torch.export.export(model, (torch.randn(1, 5, 16),), dynamic_shapes={"x": {1: t}})
+    built = build_model(program, shipped=False)
+    for n in (1, 2, 13, 64):
+        x = torch.randn(1, n, 16)
+        with torch.no_grad():
+            np.testing.assert_allclose(built(x), model(x).numpy(), rtol=1e-4, atol=1e-4, err_msg=f"t={n}")
+    wanted = "was exported for inputs x [1, s"
+    for args, why in [((np.zeros((1, 65, 16), "float32"),), "= 65 is outside 1..64"),
+                      ((np.zeros((1, 5, 15), "float32"),), "got [1, 5, 15] float32"),
+                      ((np.zeros((1, 5, 16), "float64"),), "got [1, 5, 16] float64"),
+                      ((), "got none")]:
+        with pytest.raises(AutotuneError, match=None) as err:
+            built(*args)
+        assert wanted in str(err.value) and why in str(err.value) and "\n" not in str(err.value), str(err.value)

@@ -12,7 +12,6 @@ and scheduled as a static build's functions without a tuned kernel are. The modu
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import warnings
@@ -34,6 +33,7 @@ from .compiled import build_context
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
 from .fusion import fuse_dispatch_groups
+from .inputs import SymbolicInput, check_inputs, symbolic_inputs
 from .symbolic_ops import rewrite_symbolic_ops
 from ..model.rewrite import rewrite_calls
 from .sites import dynamic_specs, import_dynamic, match_site
@@ -80,7 +80,7 @@ class DynamicBuiltModel:
     executable: Any
     sites: list[DynamicSite]
     static: Any = None  # the BuildReport of its calls of a static shape (each a task, as in a static build)
-    inputs: tuple[str, ...] = ()  # each user input's name, shape (a symbolic size with its range) and dtype
+    inputs: tuple[SymbolicInput, ...] = ()  # what it takes (the guard, `inputs.check_inputs`)
     threads: int = 1  # CPU threads of its parallel loops (the target's, see `target.kernel_threads`)
     symbolic: dict[str, int] = field(default_factory=dict)  # hand-written kernel -> calls (`symbolic_ops`)
     target: dict = field(default_factory=dict)  # the target dict it was built for
@@ -111,11 +111,14 @@ class DynamicBuiltModel:
         return "cuda" if self.target.get("kind") == "cuda" else "cpu"
 
     def tvm_args(self, *args: Any) -> list[Any]:
-        """Inputs (numpy arrays or torch tensors) copied to TVM tensors on the model's device."""
+        """Inputs (numpy arrays or torch tensors) checked against the guard and copied to TVM tensors on the
+        model's device."""
         import tvm
 
+        arrays = [as_aligned(a, None) for a in args]
+        check_inputs(self.inputs, arrays, self.name)
         dev = runtime_device(self.device, self.target, self.name)
-        return [tvm.runtime.tensor(as_aligned(a, None), dev) for a in args]
+        return [tvm.runtime.tensor(a, dev) for a in arrays]
 
     def vms(self) -> ThreadVMs:
         """Its virtual machines, one per calling thread; on the CPU its kernels' parallel loops run on the OpenMP
@@ -229,21 +232,5 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
                       f"{str(err).strip().splitlines()[-1][:200] if str(err).strip() else ''}); built unfused",
                       stacklevel=2)
         executable, sites, symbolic, static = built(fuse=False)
-    return DynamicBuiltModel(name, executable, sites, static, input_descriptions(program), kernel_threads(tgt),
+    return DynamicBuiltModel(name, executable, sites, static, symbolic_inputs(program), kernel_threads(tgt),
                              symbolic, tgt)
-
-
-def input_descriptions(program: Any) -> tuple[str, ...]:
-    """`x [1, s0 in 1..1024, 768] float32` for each user input of an ExportedProgram (`s0 in 2..` without an upper
-    bound)."""
-    ranges = {str(sym): (str(int(r.lower)), "" if math.isinf(float(r.upper)) else str(int(r.upper)))
-              for sym, r in program.range_constraints.items()}
-    user = set(program.graph_signature.user_inputs)
-    out = []
-    for node in program.graph.nodes:
-        if node.op == "placeholder" and node.name in user:
-            val = node.meta["val"]
-            dims = [str(d) if isinstance(d, int) or str(d) not in ranges
-                    else f"{d} in {ranges[str(d)][0]}..{ranges[str(d)][1]}" for d in val.shape]
-            out.append(f"{node.name} [{', '.join(dims)}] {str(val.dtype).removeprefix('torch.')}")
-    return tuple(out)

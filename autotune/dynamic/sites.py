@@ -19,13 +19,11 @@ calls: the task scheduler then spends trials where they cut the model's time ove
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import AutotuneError
 from ..hardware import hardware_model
 from ..model.rewrite import visit_calls
 from ..operators import get_op
@@ -63,24 +61,15 @@ def dynamic_program(model: Any) -> Any | None:
 
 
 def import_dynamic(program: Any, name: str = "model") -> Any:
-    """The Relax module of an ExportedProgram with symbolic sizes, batch norms folded and constants folded (a
-    transposed weight becomes a constant), convolutions of a symbolic image size as im2col and a dense
-    (`im2col.lower_symbolic_convs`)."""
+    """The Relax module of an ExportedProgram with symbolic sizes, imported as a static model's is
+    (`capture.decomposed`, `capture.to_relax`), constants folded (a transposed weight becomes a constant),
+    convolutions of a symbolic image size as im2col and a dense (`im2col.lower_symbolic_convs`)."""
     from tvm import relax
-    from tvm.relax.frontend.torch import from_exported_program
 
-    from ..model.fold import fold_batch_norms
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            mod = from_exported_program(program, keep_params_as_input=False)
-        except Exception as err:  # noqa: BLE001 - any importer failure becomes one line
-            raise AutotuneError(f"TVM cannot import {name}: {type(err).__name__}: "
-                                f"{str(err).splitlines()[0] if str(err) else ''}") from None
+    from ..model.capture import decomposed, to_relax
     from .im2col import lower_symbolic_convs
 
-    return lower_symbolic_convs(relax.transform.FoldConstant()(fold_batch_norms(mod)))
+    return lower_symbolic_convs(relax.transform.FoldConstant()(to_relax(decomposed(program, name), name)))
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,15 @@ def transformer_encoder_layer_fwd(src: torch.Tensor, embed_dim: int, num_heads: 
     return norm(x + ffn(x), norm_weight_2, norm_bias_2)
 
 
+FIXED = "autotune_fixed"  # the GraphModule.meta key `fix_graph` sets: fixed once, never again
+
+
 def fix_graph(gm: torch.fx.GraphModule) -> None:
-    """Apply the graph-level fixes in place (on a decomposed, core-ATen graph): each node's fix in FIXES (below)."""
+    """Apply the graph-level fixes in place (on a decomposed, core-ATen graph): each node's fix in FIXES (below).
+    A graph already fixed is left as it is."""
+    if gm.meta.get(FIXED):
+        return
+    gm.meta[FIXED] = True
     for node in gm.graph.nodes:
         fix = FIXES.get(node.target) if node.op == "call_function" else None
         if fix is not None:

@@ -312,9 +312,37 @@ def capture(model: Any, inputs: Sequence[Any] | None = None, allow_pickle: bool 
     """Export the model and import it into Relax, weights embedded as constants (decomposed to core ATen and
     mended where TVM's importer disagrees with PyTorch, as the torch.compile path does: `aten_fixes`).
     allow_pickle: see `load_program`."""
-    from .aten_fixes import decompositions, fix_graph
-
     program, example, name = export_program(model, inputs, allow_pickle)
+    return import_program(program, example, name)
+
+
+def to_relax(program: Any, name: str) -> Any:
+    """The Relax module of a decomposed ExportedProgram (`decomposed`; weights embedded as constants, symbolic
+    sizes kept), batch norms folded, bool arithmetic on int8. ImportFailed (one line) where TVM cannot import it."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from .import_fixes import converters
+
+    convert = {**converters(), **(quantized.convert_map(program) if quantized.is_quantized(program) else {})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=False,
+                                        custom_convert_map=convert)
+        except quantized.Unsupported as err:
+            raise ImportFailed(f"{name} is quantized (PT2E), and autotune cannot compute {err} in int8") from None
+        except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
+            raise ImportFailed(f"TVM cannot import {name}: {_why(err)}") from None
+    return compute_bools_as_int8(fold_batch_norms(mod))
+
+
+def decomposed(program: Any, name: str) -> Any:
+    """The ExportedProgram decomposed to core ATen and mended where TVM's importer disagrees with PyTorch
+    (`aten_fixes`); one that already is (the torch.compile backend's) as it is."""
+    from .aten_fixes import FIXED, decompositions, fix_graph
+
+    if program.graph_module.meta.get(FIXED):
+        return program
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -322,27 +350,12 @@ def capture(model: Any, inputs: Sequence[Any] | None = None, allow_pickle: bool 
         except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
             raise AutotuneError(f"cannot decompose {name}: {_why(err)}") from None
     fix_graph(program.graph_module)
-    return import_program(program, example, name, decomposed=True)
+    return program
 
 
-def import_program(program: Any, example: Sequence[Any], name: str, decomposed: bool = False) -> Captured:
-    """Import an ExportedProgram into Relax (weights embedded as constants); `example`: its user inputs.
-
-    decomposed: the program already went through `run_decompositions()` (not done twice).
-    """
-    from tvm.relax.frontend.torch import from_exported_program
-
-    converters = quantized.convert_map(program) if quantized.is_quantized(program) else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=not decomposed,
-                                        custom_convert_map=converters)
-        except quantized.Unsupported as err:
-            raise ImportFailed(f"{name} is quantized (PT2E), and autotune cannot compute {err} in int8") from None
-        except Exception as err:  # noqa: BLE001 - any failure of user code or of the importer becomes one line
-            raise ImportFailed(f"TVM cannot import {name}: {_why(err)}") from None
-    mod = compute_bools_as_int8(fold_batch_norms(mod))
+def import_program(program: Any, example: Sequence[Any], name: str) -> Captured:
+    """Import an ExportedProgram into Relax (`decomposed`, then `to_relax`); `example`: its user inputs."""
+    mod = to_relax(decomposed(program, name), name)
     params = mod["main"].params
     specs = tuple(InputSpec(p.name, tuple(int(d) for d in p.ty.shape), str(p.ty.dtype)) for p in params)
     arrays = [np.ascontiguousarray(to_numpy(x)) for x in example]

@@ -604,8 +604,7 @@ def collect_tasks(model: Any, inputs: Any = None, target: str | dict = "llvm") -
                     if split:
                         by_key[key] = None  # the segments are graphs of their own
                     else:
-                        captured = import_program(exported.program, [args[i] for i in exported.user], "the graph",
-                                                  decomposed=True)
+                        captured = import_program(exported.program, [args[i] for i in exported.user], "the graph")
                         by_key[key], skipped = find_sites(captured.mod, tgt)
                         out.left.extend(f"{label}: {s.what}: {s.reason}" for s in skipped)
                 except Refused as why:
