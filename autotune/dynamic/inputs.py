@@ -1,7 +1,9 @@
 """The inputs a dynamic model takes (the guard): each input's shape, of static sizes and symbolic ones with the
-ranges they were exported with, and its dtype; arguments outside them are a one-line error before anything runs
+ranges they were exported with, and its dtype. Arguments outside them are a one-line error before anything runs
 (as torch.export's own program refuses them: a size beyond its range may index past a table sized for it, a
-position embedding)."""
+position embedding): `check_inputs` in the process that built the model, `assert_ranges` (the sizes' ranges,
+compiled into the module) wherever its library is loaded.
+"""
 
 from __future__ import annotations
 
@@ -79,3 +81,35 @@ def check_inputs(inputs: Sequence[SymbolicInput], arrays: Sequence[np.ndarray], 
                                     f"{'' if dim.hi is None else dim.hi})")
             elif seen.setdefault(dim.symbol, n) != n:
                 raise AutotuneError(f"{wanted} ({dim.symbol} is {seen[dim.symbol]} and {n})")
+
+
+def assert_ranges(mod: Any) -> Any:
+    """`mod` with its `main` asserting, before anything runs, that each symbolic size of its inputs lies within
+    the range it was exported with (the importer's `tir_var_lower_bound` / `tir_var_upper_bound`): compiled into
+    the module, so that a library loaded in another process refuses such a size too (TVM's VM raises the assert's
+    message: `x dimension 1 = 1500 is outside its exported range 1..1024`)."""
+    from tvm import relax, tirx
+
+    main = mod["main"]
+    attrs = main.attrs or {}
+    lower, upper = attrs.get("tir_var_lower_bound", {}), attrs.get("tir_var_upper_bound", {})
+    bindings, seen = [], set()
+    for param in main.params:
+        for axis, size in enumerate(getattr(param.ty, "shape", None) or []):
+            name = getattr(size, "name", None)
+            if not isinstance(size, tirx.Var) or name in seen or (name not in lower and name not in upper):
+                continue
+            seen.add(name)
+            lo, hi = (int(lower[name]) if name in lower else None), (int(upper[name]) if name in upper else None)
+            holds = tirx.all(*[c for c in (lo is not None and size >= lo, hi is not None and size <= hi)
+                               if c is not False])
+            text = f"{param.name} dimension {axis} = {{}} is outside its exported range " \
+                   f"{'' if lo is None else lo}..{'' if hi is None else hi}"
+            check = relax.op.assert_op(relax.prim_value(holds), [relax.prim_value(size)], format=text)
+            bindings.append(relax.VarBinding(relax.Var(f"in_range_{name}", relax.ObjectType()), check))
+    if not bindings:
+        return mod
+    body = relax.SeqExpr([relax.BindingBlock(bindings), *main.body.blocks], main.body.body)
+    mod = mod.clone()
+    mod["main"] = relax.Function(main.params, body, main.ret_ty, is_pure=False, attrs=main.attrs, span=main.span)
+    return mod

@@ -33,7 +33,7 @@ from .compiled import build_context
 from .dispatch import DynamicKernel, as_aligned
 from .load import model_ukernels
 from .fusion import fuse_dispatch_groups
-from .inputs import SymbolicInput, check_inputs, symbolic_inputs
+from .inputs import SymbolicInput, assert_ranges, check_inputs, symbolic_inputs
 from .symbolic_ops import rewrite_symbolic_ops
 from ..model.rewrite import rewrite_calls
 from .sites import dynamic_specs, import_dynamic, match_site
@@ -209,7 +209,7 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
 
     def built(fuse: bool) -> tuple[Any, list[DynamicSite], dict[str, int], Any]:
         """(executable, sites, hand-written kernel calls, the static calls' report)."""
-        mod, sites, dispatchers = rewrite_sites(import_dynamic(program, name), tgt, recs, shipped, fuse)
+        mod, sites, dispatchers = rewrite_sites(assert_ranges(import_dynamic(program, name)), tgt, recs, shipped, fuse)
         # on a GPU, DLight's rules schedule attention's symbolic loop nests (they are written for them)
         mod, symbolic = (mod, {}) if gpu else rewrite_symbolic_ops(mod, vector_unit(tgt)[0])
         epilogues: dict[str, list[list[str]]] = {}  # dispatcher -> the epilogue of each call fused into it

@@ -125,7 +125,8 @@ class ModelLibrary:
                 import tvm
 
                 outs = numpy_outputs(self.vms.main()(*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in args]))
-        except (RuntimeError, TypeError, ValueError) as err:  # TVM's VM checks every input: its reason, one line
+        except (RuntimeError, TypeError, ValueError, AssertionError) as err:  # TVM's VM checks every input (a
+            # dynamic model also its sizes' ranges, `dynamic.inputs.assert_ranges`): its reason, one line
             raise AutotuneError(f"{os.path.basename(self.path)}: {str(err).strip().splitlines()[-1]}") from None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
