@@ -58,6 +58,23 @@ def test_fast_math_activations_match_torch():
     np.testing.assert_allclose(built(x), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)  # fp32 sums of the linears
 
 
+class _Powers(torch.nn.Module):
+    def forward(self, x):  # GPT-2's GELU takes torch.pow(x, 3.0)
+        return torch.pow(x, 3.0) + x ** 2, torch.pow(x.abs(), 2.5)
+
+
+def test_squares_and_cubes_are_products_other_powers_stay():
+    """x ** 2 and x ** 3 import as products (PyTorch computes them so; TVM's power calls the C library's scalar
+    powf on every element), other exponents as TVM's power; all equal to PyTorch."""
+    from autotune.model.capture import capture
+
+    model, x = _Powers().eval(), torch.randn(4, 64) * 3
+    powers = [line for line in capture(model, (x,)).mod.script().splitlines() if "R.power(" in line]
+    assert len(powers) == 1 and "2.5" in powers[0], powers
+    for got, want in zip(build_model(model, inputs=(x,))(x), model(x)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
 class _Masks(torch.nn.Module):
     """What TVM 0.27 imported or compiled wrong: a select from the end (read before the tensor), a cumsum of bools
     (kept bool), comparisons and arithmetic of two bool tensors (not compiled), index tensors after sliced

@@ -14,6 +14,8 @@ Each fix keeps PyTorch's semantics exactly; the backend still checks every build
     many; it is computed as start + step * arange(count);
   - an integer tensor times (plus, ...) a Python float is a float tensor in PyTorch (a float arange decomposes so),
     TVM keeps the integer dtype and truncates the float: the tensor is cast first;
+  - a floating tensor to the power 2 or 3 (GPT-2's GELU, `torch.pow(x, 3.0)`): PyTorch computes x * x (* x), TVM
+    calls the C library's scalar powf on every element: the products, as PyTorch's;
   - an integer tensor divided by a Python int with a rounding mode (`x // 2`): TVM makes the int an int32
     constant and refuses to divide an int64 tensor by it: the int becomes a tensor of the tensor's dtype;
   - `x[mask] = v` with a bool mask over x's leading dimensions (Longformer): TVM's index_put takes integer indices
@@ -193,6 +195,16 @@ def _float_scalar_promotes(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         if isinstance(val, torch.Tensor) and not val.dtype.is_floating_point:
             args[i] = _insert(graph, node, aten._to_copy.default, (arg,), val.to(out.dtype), {"dtype": out.dtype})
     node.args = tuple(args)
+
+
+def _small_power_as_products(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    x, exponent = node.args[:2]
+    val = _val(x)
+    if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point or exponent not in (2, 3):
+        return
+    square = _insert(graph, node, aten.mul.Tensor, (x, x), val * val)
+    node.replace_all_uses_with(square if exponent == 2 else
+                               _insert(graph, node, aten.mul.Tensor, (square, x), _val(square) * val))
 
 
 def _int_scalar_as_tensor(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
@@ -475,6 +487,7 @@ FIXES = {
     aten.arange.start_step: _arange_counting_down,
     aten.index_put.default: _masked_fill_as_where,
     aten.div.Tensor_mode: _int_scalar_as_tensor,
+    aten.pow.Tensor_Scalar: _small_power_as_products,
     aten.as_strided.default: _as_strided_as_gather,
     aten.unfold.default: _unfold_as_gather,
     aten.view_as_real.default: _fft_as_matmuls,
