@@ -199,8 +199,10 @@ def build_dynamic_model(program: Any, logs: Sequence[str | os.PathLike] = (), ta
     """Compile an ExportedProgram with symbolic sizes; its dynamic layers use the uKernels in the logs (else the
     shipped knowledge's configs where `shipped`, else heuristic ones)."""
     from ..model.build import compile_lowered, lower_relax
+    from ..model.capture import decomposed
     from ..shipped import Knowledge
 
+    program = decomposed(program, name)  # once: both builds below import it
     tgt = parse_target(target)
     gpu = tgt["kind"] == "cuda"
     use_target_threads(tgt)
