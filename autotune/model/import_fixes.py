@@ -30,13 +30,15 @@ def _slice(node: Any, importer: Any) -> Any:
     data, dim, step = node.args[0], args["dim"], args["step"]
     start = 0 if args["start"] is None else args["start"]
     end = sys.maxsize if args["end"] is None else args["end"]
-    if start == 0 and step == 1 and (isinstance(end, int) and end >= sys.maxsize or _same_size(data, dim, end)):
-        return importer.env[data]  # the whole dimension
     x = importer.env[data]
     dim = dim + len(importer.shape_of(x)) if dim < 0 else dim
+    size = getattr(data.meta.get("val"), "shape", [None] * (dim + 1))[dim]  # as torch traced it
+    lo, hi, stride = (_meta(v) for v in (start, end, step))
+    if start == 0 and step == 1 and (isinstance(end, int) and end >= sys.maxsize or _proven(lambda: hi == size)):
+        return x  # the whole dimension
+    inbound = stride == 1 and _proven(lambda: lo >= 0) and _proven(lambda: lo <= hi) and _proven(lambda: hi <= size)
     bounds = [[importer.env[v] if hasattr(v, "op") else v] for v in (start, end, step)]  # a node: a symbolic size
-    return importer.block_builder.emit(relax.op.strided_slice(
-        x, [dim], *bounds, assume_inbound=_within(data, dim, start, end, step)))
+    return importer.block_builder.emit(relax.op.strided_slice(x, [dim], *bounds, assume_inbound=inbound))
 
 
 def _meta(value: Any) -> Any:
@@ -44,28 +46,11 @@ def _meta(value: Any) -> Any:
     return value.meta.get("val") if hasattr(value, "op") else value
 
 
-def _within(data: Any, dim: int, start: Any, end: Any, step: Any) -> bool:
-    """Whether torch's shapes prove 0 <= start <= end <= the dimension's size, with step 1."""
+def _proven(relation: Any) -> bool:
+    """Whether torch's shapes prove `relation()` (of ints and SymInts); False where a value is unknown."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    start, end, step = _meta(start), _meta(end), _meta(step)
-    size = getattr(data.meta.get("val"), "shape", None)
-    if size is None or any(v is None for v in (start, end, step)) or not isinstance(step, int) or step != 1:
-        return False
-    size = size[dim]
     try:
-        return bool(statically_known_true(start >= 0) and statically_known_true(start <= end)
-                    and statically_known_true(end <= size))
-    except (TypeError, ValueError):  # a bound torch could not compare
-        return False
-
-
-def _same_size(data: Any, dim: int, end: Any) -> bool:
-    """Whether torch's shapes prove `end` the dimension's size."""
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-    size, end = getattr(data.meta.get("val"), "shape", None), _meta(end)
-    try:
-        return size is not None and end is not None and bool(statically_known_true(end == size[dim]))
-    except (TypeError, ValueError):
+        return bool(statically_known_true(relation()))
+    except (TypeError, ValueError):  # a value torch did not trace (None), or one it cannot compare
         return False
