@@ -530,6 +530,32 @@ def test_dynamic_dense_relays_its_weight_per_ukernel_in_any_dtype(tmp_path):
         assert y.dtype == np.int32 and np.array_equal(y, x.astype(np.int32) @ w.astype(np.int32).T), rows
 
 
+def test_a_derived_ukernel_costs_its_donors_time_scaled_by_the_hardware_model_so_few_rows_take_one_padded_piece():
+    """A uKernel derived from a taller tuned one costs the donor's measured time times the hardware model's ratio of
+    their predicted times, not the ratio of their rows: a few rows of a layer with a large weight take about the
+    time of streaming it, so 7 rows run on one padded 8-row piece (the weight read once), not 4 + 3 (read twice)."""
+    from autotune.dynamic.dispatch import DynamicKernel, UKernel
+    from autotune.dynamic.load import default_ukernels, derived_ukernels
+    from autotune.dynamic.ukernels import op_cost, predict_time
+    from autotune.hardware import hardware_model
+
+    spec = parse_dynamic("dense", "batch=1..1024,in_features=768,out_features=3072")
+    [tall], _ = default_ukernels(spec, shipped=False, heights=[48])
+    donor = UKernel(48, tall.task, tall.func, 700e-6, None, tall.template, tall.config)  # "measured" 0.7 ms
+    derived = derived_ukernels(spec, [donor], [16, 8, 4, 3])
+    hw, cost = hardware_model(spec.target), op_cost(spec)
+    for u in derived:
+        assert u.mean_s == pytest.approx(700e-6 * predict_time(hw, cost, u.height) / predict_time(hw, cost, 48))
+        assert u.mean_s > 700e-6 * u.height / 48 * 1.1, u.height  # above the share of its rows
+    kernel = DynamicKernel(spec, [donor, *derived])
+    assert kernel.plan(7).describe() == "pad 7/8"
+    rng = np.random.default_rng(5)
+    w = rng.uniform(-1, 1, (3072, 768)).astype("float32")
+    for m in (7, 31):
+        x = rng.uniform(-1, 1, (m, 768)).astype("float32")
+        np.testing.assert_allclose(kernel(x, w), x @ w.T, rtol=1e-3, atol=1e-3, err_msg=f"batch={m}")
+
+
 def test_the_range_low_end_gets_ukernels_of_its_rows_derived_from_the_smallest():
     """A range from one row gets uKernels of 1, 2 and 3 rows with no tuning: the smallest uKernel's config mapped onto
     their spaces (the weight packed alike); those of fewer rows than its register tile take two or four weight
@@ -542,7 +568,7 @@ def test_the_range_low_end_gets_ukernels_of_its_rows_derived_from_the_smallest()
     spec = parse_dynamic("dense", "batch=1..200,in_features=64,out_features=192")
     ukernels, _ = default_ukernels(spec, shipped=False, heights=[32, 8])
     assert low_end_heights(spec, [32, 8]) == [3, 2, 1]
-    low = derived_ukernels(spec, ukernels, [3, 2, 1], few_rows=True)
+    low = derived_ukernels(spec, ukernels, [3, 2, 1])
     assert [u.height for u in low] == [3, 2, 1]
     smallest = ukernels[-1]
     assert all(u.mean_s < smallest.mean_s for u in low)
@@ -574,10 +600,12 @@ def test_a_site_tuned_at_its_tallest_ukernel_derives_the_others():
     """On a CPU a model's dynamic site is one task, its tallest uKernel, weighted by the site's time over the range
     in calls of it; the build derives the other heights from its record: the same weight panels (the weight packed
     alike), the register tile kept where they have its rows (fewer: more panels per parallel job), planner costs
-    the tallest's time in proportion to rows. Every size matches numpy. On a GPU each chosen uKernel is a task."""
+    the tallest's time scaled by the hardware model. Every size matches numpy. On a GPU each chosen uKernel is a
+    task."""
     from autotune.dynamic.dispatch import DynamicKernel
     from autotune.dynamic.load import model_ukernels
     from autotune.dynamic.sites import pieces_per_call, ukernel_tasks
+    from autotune.dynamic.ukernels import op_cost, predict_time
     from autotune.hardware import hardware_model
     from autotune.templates import heuristic_configs, resolve
 
@@ -607,7 +635,8 @@ def test_a_site_tuned_at_its_tallest_ukernel_derives_the_others():
     rows = config["tile_i"][-1]
     for h in lacking:
         derived = by_height[h]
-        assert derived.mean_s == pytest.approx(1e-4 * h / heights[0])
+        hw, cost = hardware_model(spec.target), op_cost(spec)
+        assert derived.mean_s == pytest.approx(1e-4 * predict_time(hw, cost, h) / predict_time(hw, cost, heights[0]))
         if h >= rows:
             assert {k: v for k, v in derived.config.knobs.items() if k != "tile_i"} == \
                 {k: v for k, v in config.knobs.items() if k != "tile_i"}

@@ -84,7 +84,7 @@ def cmd_tune_dynamic(args: argparse.Namespace) -> int:
         print(f"no valid config for the uKernel(s) {', '.join(f'{spec.dim}={h}' for h in missing)}")
         return 1
     ukernels = make_ukernels(spec, best, heights)
-    low = derived_ukernels(spec, ukernels, low_end_heights(spec, heights), few_rows=True)
+    low = derived_ukernels(spec, ukernels, low_end_heights(spec, heights))
     kernel = DynamicKernel(spec, ukernels + low)
     print(kernel.describe(_report_sizes(spec.lo, spec.hi)))
     print(f"{result.trials} trials in {result.wall_s:.0f} s; log: {log}\n"

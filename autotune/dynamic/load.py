@@ -98,14 +98,15 @@ def low_end_heights(spec: DynamicSpec, heights: Sequence[int]) -> list[int]:
     return [h for h in range((LOW_END_PADDING - 1) * spec.lo, 0, -spec.lo) if h < min(heights)]
 
 
-def derived_ukernels(spec: DynamicSpec, donors: Sequence[UKernel], heights: Sequence[int],
-                     few_rows: bool = False) -> list[UKernel]:
+def derived_ukernels(spec: DynamicSpec, donors: Sequence[UKernel], heights: Sequence[int]) -> list[UKernel]:
     """uKernels at `heights` derived with no tuning from `donors`: each takes the config of the donor nearest its
     height (in ratio; the taller of two) mapped onto its space, as its template derives it
     (`Template.derived_knobs`: fewer rows than the register tile take more weight panels per parallel job), the
-    weight panels and their packing kept. Its planner cost is the donor's time times the ratio of their rows (the
-    same tiles, fewer or more of them), or with `few_rows` (the range's low end), times the hardware model's
-    predicted ratio (streaming the weight bounds a few rows). A donor without a config derives nothing."""
+    weight panels and their packing kept. Its planner cost is the donor's time times the hardware model's predicted
+    ratio of their times (`ukernels.predict_time`): up to a few dozen rows streaming the weight bounds a call, so
+    half the rows take more than half the time (in GPT-2's prefill, costed by the ratio of their rows, 7 tokens
+    ran on a 4- and a 3-row piece where one padded 8-row piece was 1.3x faster: docs/experiments.md). A donor
+    without a config derives nothing."""
     hw, cost = hardware_model(spec.target), op_cost(spec)
     out = []
     for h in heights:
@@ -117,7 +118,7 @@ def derived_ukernels(spec: DynamicSpec, donors: Sequence[UKernel], heights: Sequ
         derive = donor.template.derived_knobs
         knobs = dict(donor.config.knobs) if derive is None else derive(task, dict(donor.config.knobs))
         config = space.get(space.nearest(knobs)[0])
-        ratio = predict_time(hw, cost, h) / predict_time(hw, cost, donor.height) if few_rows else h / donor.height
+        ratio = predict_time(hw, cost, h) / predict_time(hw, cost, donor.height)
         out.append(UKernel(h, task, donor.template.kernel(task, config)["main"], donor.mean_s * ratio, None,
                            donor.template, config))
     return out
@@ -144,15 +145,14 @@ def model_ukernels(spec: DynamicSpec, records: TuningDatabase, shipped: bool = T
     tuned = make_ukernels(spec, best) if best else []
     if tuned and spec.target.get("kind") == "llvm":
         derived = derived_ukernels(spec, tuned, missing)
-        derived += derived_ukernels(spec, tuned + derived, low_end_heights(spec, [u.height for u in tuned + derived]),
-                                    few_rows=True)
+        derived += derived_ukernels(spec, tuned + derived, low_end_heights(spec, [u.height for u in tuned + derived]))
         return SiteUKernels(tuned + derived, "logs", tuple(u.height for u in derived))
     source = "logs"
     ukernels = tuned
     if missing:
         defaults, source = default_ukernels(spec, shipped, missing)
         ukernels, source = tuned + defaults, f"logs and {source}" if tuned else source
-    low = derived_ukernels(spec, ukernels, low_end_heights(spec, [u.height for u in ukernels]), few_rows=True)
+    low = derived_ukernels(spec, ukernels, low_end_heights(spec, [u.height for u in ukernels]))
     return SiteUKernels(ukernels + low, source, tuple(u.height for u in low))
 
 
@@ -174,5 +174,5 @@ def load(log: str | os.PathLike | Sequence[str | os.PathLike], op: str | Dynamic
         raise AutotuneError(f"no valid uKernel record of {spec} in {log}"
                             + (" made by the current template version (re-tune)" if stale else ""))
     ukernels = make_ukernels(spec, best, heights)
-    low = derived_ukernels(spec, ukernels, low_end_heights(spec, list(best)), few_rows=True) if heights is None else []
+    low = derived_ukernels(spec, ukernels, low_end_heights(spec, list(best))) if heights is None else []
     return DynamicKernel(spec, ukernels + low)
