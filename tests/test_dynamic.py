@@ -667,6 +667,35 @@ def _causal_by_positions():
     return Net().eval()
 
 
+def test_attention_with_a_mask_runs_its_masked_safe_softmax_as_one_kernel():
+    """PyTorch's SDPA with a boolean mask exports as scores + a -inf mask, softmax, and a test that zeroes the rows
+    masked everywhere (`_safe_softmax`): a dynamic build takes the four as one safe softmax of the scores and the
+    mask (the mask read as it is, shared by the heads). It matches PyTorch at every length, a row with nothing to
+    attend to included (zeros, not NaN)."""
+    torch = pytest.importorskip("torch")
+    from autotune.model.build import build_model
+
+    class Net(torch.nn.Module):
+        def forward(self, x, mask):
+            q = x.reshape(1, x.shape[1], 2, 8).transpose(1, 2)
+            return torch.nn.functional.scaled_dot_product_attention(q, q * 0.5, q + 1.0, attn_mask=mask)
+
+    model = Net().eval()
+    t = torch.export.Dim("t", min=1, max=64)
+    example = (torch.randn(1, 5, 16), torch.ones(1, 1, 5, 5, dtype=torch.bool).tril())
+    program = torch.export.export(model, example, dynamic_shapes={"x": {1: t}, "mask": {2: t, 3: t}})
+    built = build_model(program, shipped=False)
+    assert built.symbolic.get("dynamic_safe_softmax_bias") == 1 and "dynamic_softmax" not in built.symbolic, \
+        built.symbolic
+    for n in (1, 2, 13, 64):
+        x, mask = torch.randn(1, n, 16), torch.ones(1, 1, n, n, dtype=torch.bool).tril()
+        mask[..., n // 2, :] = False  # this query attends to nothing: zeros
+        with torch.no_grad():
+            want = model(x, mask).numpy()
+        assert not np.isnan(want).any()
+        np.testing.assert_allclose(built(x, mask), want, rtol=1e-4, atol=1e-4, err_msg=f"t={n}")
+
+
 def test_a_mask_sliced_along_a_symbolic_size_builds_and_bad_inputs_are_one_line_errors(tmp_path):
     """Slices of a symbolic size that torch proves within their dimension import with its size (TVM's own
     converter clamps them into shapes Relax cannot compare, and its legalization takes no negative axis): the

@@ -82,6 +82,26 @@ def test_softmax_matches_numpy_at_any_row_length(softmax, rows, n):
     np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("heads, t", [(3, 1), (2, 7), (2, 37)])
+def test_safe_softmax_of_scores_plus_a_causal_mask_broadcast_over_heads_matches_torch(heads, t):
+    """softmax(X + B) with B [t, t] shared by every head (row r takes B's row r % t), a row whose every position is
+    masked all zeros (PyTorch's _safe_softmax), the others as torch's softmax."""
+    import torch
+
+    from autotune.dynamic.symbolic_ops import softmax_func
+
+    rng = np.random.default_rng(t)
+    x = rng.standard_normal((heads * t, t)).astype("float32") * 5
+    mask = np.where(np.tril(np.ones((t, t), bool)), 0, -np.inf).astype("float32")
+    mask[t // 2, :] = -np.inf  # one query row sees nothing
+    out = tvm.runtime.tensor(np.full((heads * t, t), np.nan, "float32"))
+    _compiled(softmax_func(biased=True, safe=True))["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(mask), out)
+    scores = torch.from_numpy(x).reshape(heads, t, t) + torch.from_numpy(mask)
+    want = torch.ops.aten._safe_softmax(scores, -1).reshape(heads * t, t).numpy()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-7)
+    assert not out.numpy()[t // 2::t].any()
+
+
 def test_rewrite_takes_symbolic_products_and_softmax_only():
     from tvm import relax, tirx
 

@@ -12,13 +12,16 @@ compiled function for every size, vectors throughout, as the generic schedules o
   keys, their last dimension static), `batch_matmul_nt_func` reads that tensor as it is: no transpose is made.
 - **Softmax over a symbolic last axis** (attention's probabilities): `softmax_func`, a row per iteration of a
   parallel loop, its three passes (max, exp and sum, scale) over the row while it is in cache, each in whole
-  vectors then a scalar tail; exp is TVM's fast_exp polynomial, as in a static build.
+  vectors then a scalar tail; exp is TVM's fast_exp polynomial, as in a static build. Softmax of scores plus a
+  mask broadcast over the heads reads the two in its passes (the sum is not stored); PyTorch's `_safe_softmax`
+  (SDPA's, as exported: softmax, then a test of each row for all -inf and a where that zeroes those rows) is that
+  one kernel, zeroing such rows itself (`SYMBOLIC_PATTERNS`).
 - **Grouped and depthwise convolutions of a varying image size** (a dense convolution takes im2col and a dynamic
   dense instead, `im2col.py`): `grouped_conv_func`, output rows in parallel, vectors of outputs along each row,
   the edges one output at a time.
 
-`rewrite_symbolic_ops` replaces such calls in a Relax module (`SYMBOLIC_OPS`: operator -> matcher and emitter of
-the call to its kernels).
+`rewrite_symbolic_ops` replaces such calls in a Relax module (`SYMBOLIC_PATTERNS`, then `SYMBOLIC_OPS`: operator
+-> matcher and emitter of the call to its kernels).
 """
 
 from __future__ import annotations
@@ -182,9 +185,73 @@ def fast_exp(x: Any) -> Any:
     return tirx.max(scale * poly, x)
 
 
-def softmax_func(lanes: int = LANES) -> Any:
-    """Y = softmax(X) over the last axis of X, Y [rows, n], both sizes symbolic."""
+def softmax_func(lanes: int = LANES, biased: bool = False, safe: bool = False) -> Any:
+    """Y = softmax(X) over the last axis of X, Y [rows, n], both sizes symbolic. `biased`: of X + B, B [m, n] (row r
+    takes B's row r % m: an attention mask broadcast over the heads) read in the same passes, so the sum is never
+    stored. `safe`: a row all -inf (every position masked) gives zeros, as PyTorch's `_safe_softmax` (else NaN)."""
     from tvm.script import tirx as T
+
+    @T.macro
+    def body(X, B, Y, rows, n, m):
+        whole: T.let = n // T.int64(lanes)
+        for r in T.parallel(rows):
+            vec = T.alloc_buffer((lanes,), "float32", scope="local")
+            one = T.alloc_buffer((2,), "float32", scope="local")  # the row's max, then its sum
+            for v in T.vectorized(lanes):
+                vec[v] = T.float32("-inf")
+            for j in range(whole):
+                for v in T.vectorized(lanes):
+                    if biased:
+                        vec[v] = T.max(vec[v], X[r, j * T.int64(lanes) + v] + B[r % m, j * T.int64(lanes) + v])
+                    else:
+                        vec[v] = T.max(vec[v], X[r, j * T.int64(lanes) + v])
+            one[0] = T.float32("-inf")
+            for v in range(lanes):
+                one[0] = T.max(one[0], vec[v])
+            for j in range(n - whole * T.int64(lanes)):
+                if biased:
+                    one[0] = T.max(one[0], X[r, whole * T.int64(lanes) + j] + B[r % m, whole * T.int64(lanes) + j])
+                else:
+                    one[0] = T.max(one[0], X[r, whole * T.int64(lanes) + j])
+            if safe and one[0] == T.float32("-inf"):
+                for j in range(n):
+                    Y[r, j] = T.float32(0)
+            else:
+                for v in T.vectorized(lanes):
+                    vec[v] = T.float32(0)
+                for j in range(whole):
+                    for v in T.vectorized(lanes):
+                        if biased:
+                            Y[r, j * T.int64(lanes) + v] = fast_exp(
+                                X[r, j * T.int64(lanes) + v] + B[r % m, j * T.int64(lanes) + v] - one[0])
+                        else:
+                            Y[r, j * T.int64(lanes) + v] = fast_exp(X[r, j * T.int64(lanes) + v] - one[0])
+                        vec[v] = vec[v] + Y[r, j * T.int64(lanes) + v]
+                one[1] = T.float32(0)
+                for v in range(lanes):
+                    one[1] = one[1] + vec[v]
+                for j in range(n - whole * T.int64(lanes)):
+                    if biased:
+                        Y[r, whole * T.int64(lanes) + j] = fast_exp(
+                            X[r, whole * T.int64(lanes) + j] + B[r % m, whole * T.int64(lanes) + j] - one[0])
+                    else:
+                        Y[r, whole * T.int64(lanes) + j] = fast_exp(X[r, whole * T.int64(lanes) + j] - one[0])
+                    one[1] = one[1] + Y[r, whole * T.int64(lanes) + j]
+                one[1] = T.float32(1) / one[1]
+                for j in range(whole):
+                    for v in T.vectorized(lanes):
+                        Y[r, j * T.int64(lanes) + v] = Y[r, j * T.int64(lanes) + v] * one[1]
+                for j in range(n - whole * T.int64(lanes)):
+                    Y[r, whole * T.int64(lanes) + j] = Y[r, whole * T.int64(lanes) + j] * one[1]
+
+    @T.prim_func
+    def softmax_bias(x: T.handle, b: T.handle, y: T.handle):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        rows, n, m = T.int64(), T.int64(), T.int64()
+        X = T.match_buffer(x, (rows, n), "float32")
+        B = T.match_buffer(b, (m, n), "float32")
+        Y = T.match_buffer(y, (rows, n), "float32")
+        body(X, B, Y, rows, n, m)
 
     @T.prim_func
     def softmax(x: T.handle, y: T.handle):
@@ -192,40 +259,9 @@ def softmax_func(lanes: int = LANES) -> Any:
         rows, n = T.int64(), T.int64()
         X = T.match_buffer(x, (rows, n), "float32")
         Y = T.match_buffer(y, (rows, n), "float32")
-        whole: T.let = n // T.int64(lanes)
-        for r in T.parallel(rows):
-            vec = T.alloc_buffer((lanes,), "float32", scope="local")
-            one = T.alloc_buffer((2,), "float32", scope="local")  # the row's max, then its sum
-            for v in T.vectorized(lanes):
-                vec[v] = T.float32(-3.4e38)
-            for j in range(whole):
-                for v in T.vectorized(lanes):
-                    vec[v] = T.max(vec[v], X[r, j * T.int64(lanes) + v])
-            one[0] = T.float32(-3.4e38)
-            for v in range(lanes):
-                one[0] = T.max(one[0], vec[v])
-            for j in range(n - whole * T.int64(lanes)):
-                one[0] = T.max(one[0], X[r, whole * T.int64(lanes) + j])
-            for v in T.vectorized(lanes):
-                vec[v] = T.float32(0)
-            for j in range(whole):
-                for v in T.vectorized(lanes):
-                    Y[r, j * T.int64(lanes) + v] = fast_exp(X[r, j * T.int64(lanes) + v] - one[0])
-                    vec[v] = vec[v] + Y[r, j * T.int64(lanes) + v]
-            one[1] = T.float32(0)
-            for v in range(lanes):
-                one[1] = one[1] + vec[v]
-            for j in range(n - whole * T.int64(lanes)):
-                Y[r, whole * T.int64(lanes) + j] = fast_exp(X[r, whole * T.int64(lanes) + j] - one[0])
-                one[1] = one[1] + Y[r, whole * T.int64(lanes) + j]
-            one[1] = T.float32(1) / one[1]
-            for j in range(whole):
-                for v in T.vectorized(lanes):
-                    Y[r, j * T.int64(lanes) + v] = Y[r, j * T.int64(lanes) + v] * one[1]
-            for j in range(n - whole * T.int64(lanes)):
-                Y[r, whole * T.int64(lanes) + j] = Y[r, whole * T.int64(lanes) + j] * one[1]
+        body(X, X, Y, rows, n, rows)
 
-    return softmax
+    return softmax_bias if biased else softmax
 
 
 CONV_ROWS = 8  # output rows per parallel job of the grouped convolution kernel (its accumulators allocated per job)
@@ -383,17 +419,102 @@ def match_softmax(call: Any) -> bool:
 
 def emit_softmax(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], Any], call: Any,
                  lookup: Callable[[Any], Any]) -> Any:
-    """The softmax on `softmax_func`, its input viewed as 2-d."""
+    return softmax_call(builder, kernel_of, call.args[0], lookup, safe=False)
+
+
+def _bound(expr: Any, lookup: Callable[[Any], Any], op: str) -> Any | None:
+    """The call `expr` is bound to where it calls the Relax operator `op`, else None."""
     from tvm import relax
 
-    gv = kernel_of("dynamic_softmax", softmax_func)
-    x = call.args[0]
-    shape = list(x.ty.shape)
-    if len(shape) == 2:
-        return relax.call_tir(gv, [x], relax.TensorType(shape, "float32"))
-    x2 = builder.emit(relax.op.reshape(x, [flat_size(shape[:-1]), shape[-1]]))
-    out = builder.emit(relax.call_tir(gv, [x2], relax.TensorType([flat_size(shape[:-1]), shape[-1]], "float32")))
-    return relax.op.reshape(out, shape)
+    bound = lookup(expr) if isinstance(expr, relax.Var) else None
+    return bound if isinstance(bound, relax.Call) and getattr(bound.op, "name", "") == op else None
+
+
+def _scalar(expr: Any, value: float) -> bool:
+    from tvm import ir
+
+    return isinstance(expr, ir.Constant) and expr.value.numpy().size == 1 and \
+        float(expr.value.numpy().reshape(())) == value
+
+
+def _all_masked_rows(cond: Any, lookup: Callable[[Any], Any]) -> Any | None:
+    """S where `cond` is, per row of S, whether every element is -inf: PyTorch's `_safe_softmax` test as exported
+    and imported (bools on int8): not(bool(max(int8(not(S == -inf)), axis=-1, keepdims))); else None."""
+    expr = cond
+    for op in ("relax.logical_not", "relax.astype", "relax.max", "relax.astype", "relax.logical_not"):
+        bound = _bound(expr, lookup, op)
+        if bound is None:
+            return None
+        if op == "relax.max":
+            rank = len(bound.args[0].ty.shape)
+            axes = [int(a) % rank for a in (bound.attrs.axis or [])]
+            if axes != [rank - 1] or not bool(bound.attrs.keepdims):
+                return None
+        expr = bound.args[0]
+    equal = _bound(expr, lookup, "relax.equal")
+    return equal.args[0] if equal is not None and _scalar(equal.args[1], float("-inf")) else None
+
+
+def match_safe_softmax(call: Any) -> bool:
+    """A float32 where(c, zeros, s) of a symbolic last axis: PyTorch's `_safe_softmax` where c is the rows of s's
+    input all -inf and s its softmax (`emit_safe_softmax` checks)."""
+    shape = list(getattr(call.ty, "shape", None) or [])
+    return len(call.args) == 3 and str(call.ty.dtype) == "float32" and len(shape) >= 1 and _symbolic(shape[-1:])
+
+
+def emit_safe_softmax(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], Any], call: Any,
+                      lookup: Callable[[Any], Any]) -> Any | None:
+    """PyTorch's `_safe_softmax` (SDPA's softmax: rows all masked give zeros), as exported, on one safe softmax
+    kernel: softmax, the row test and the where were four passes over the scores."""
+    cond, zeros, probs = call.args
+    softmax = _bound(probs, lookup, "relax.nn.softmax")
+    if softmax is None or not match_softmax(softmax):
+        return None
+    scores = softmax.args[0]
+    fill = _bound(zeros, lookup, "relax.full_like")
+    if not (_scalar(zeros, 0.0) or fill is not None and _scalar(fill.args[1], 0.0)):
+        return None
+    masked = _all_masked_rows(cond, lookup)
+    if masked is None or not masked.same_as(scores) or len(call.ty.shape) != len(scores.ty.shape) or not all(
+            _same(p, q) for p, q in zip(call.ty.shape, scores.ty.shape)):
+        return None
+    return softmax_call(builder, kernel_of, scores, lookup, safe=True)
+
+
+def _row_bias(scores: Any, lookup: Callable[[Any], Any]) -> tuple[Any, Any] | None:
+    """(X, B) where `scores` is X + B (either order), B float32 of X's trailing shape after leading ones (an
+    attention mask [1, 1, q, k] added to scores [batch, heads, q, k]), else None."""
+    add = _bound(scores, lookup, "relax.add")
+    if add is None:
+        return None
+    shape = list(scores.ty.shape)
+    for x, b in (add.args, add.args[::-1]):
+        xs, bs = list(getattr(x.ty, "shape", None) or []), list(getattr(b.ty, "shape", None) or [])
+        if len(xs) != len(shape) or not all(_same(p, q) for p, q in zip(xs, shape)) or not bs or len(bs) > len(xs):
+            continue
+        ones = min(next((i for i, d in enumerate(bs) if not _same(d, 1)), len(bs)), len(bs) - 1)  # B's leading 1s
+        if str(b.ty.dtype) == "float32" and all(_same(p, q) for p, q in zip(bs[ones:], xs[len(xs) - len(bs) + ones:])):
+            return x, b
+    return None
+
+
+def softmax_call(builder: Any, kernel_of: Callable[[str, Callable[[int], Any]], Any], scores: Any,
+                 lookup: Callable[[Any], Any], safe: bool) -> Any:
+    """softmax(scores) over the last axis on `softmax_func` (`safe`: rows all -inf give zeros), the inputs viewed as
+    2-d; where the scores are X + B with B broadcast over X's leading axes (an attention mask), of X and B, the sum
+    not stored."""
+    from tvm import relax
+
+    shape = list(scores.ty.shape)
+    biased = _row_bias(scores, lookup)
+    name = f"dynamic_{'safe_' if safe else ''}softmax{'_bias' if biased else ''}"
+    gv = kernel_of(name, lambda lanes: softmax_func(lanes, biased=biased is not None, safe=safe))
+    x, *bias = biased or (scores,)
+    flat = [flat_size(shape[:-1]), shape[-1]]
+    args = [v if len(v.ty.shape) == 2 else builder.emit(relax.op.reshape(v, [flat_size(list(v.ty.shape)[:-1]),
+                                                                             shape[-1]])) for v in (x, *bias)]
+    out = relax.call_tir(gv, args, relax.TensorType(flat, "float32"))
+    return out if len(shape) == 2 else relax.op.reshape(builder.emit(out), shape)
 
 
 def match_grouped_conv(call: Any) -> bool:
@@ -451,10 +572,13 @@ class SymbolicOp:
 
     matches: Callable[[Any], bool]  # whether a call of the operator takes them
     # (builder, kernel_of(name, make PrimFunc of the vector lanes) -> its GlobalVar, call, binding lookup) -> the
-    # replacing expression
+    # replacing expression, or None to keep the call
     emit: Callable[[Any, Callable[[str, Callable[[int], Any]], Any], Any, Callable[[Any], Any]], Any]
 
 
+SYMBOLIC_PATTERNS = {  # calls whose inputs are a pattern of calls taken as one (before SYMBOLIC_OPS)
+    "relax.where": SymbolicOp(match_safe_softmax, emit_safe_softmax),
+}
 SYMBOLIC_OPS = {
     "relax.matmul": SymbolicOp(match_product, emit_product),
     "relax.nn.softmax": SymbolicOp(match_softmax, emit_softmax),
@@ -465,18 +589,24 @@ SYMBOLIC_OPS = {
 def rewrite_symbolic_ops(mod: Any, lanes: int = LANES) -> tuple[Any, dict[str, int]]:
     """The module with every call a `SYMBOLIC_OPS` entry matches on its kernels (vectors of `lanes` fp32, the
     target's), and how many calls each kernel takes (the kernels' names)."""
+    from tvm import relax
+
     kernels: dict[str, Any] = {}
     counts: dict[str, int] = {}
 
-    def rewrite(builder: Any, call: Any, lookup: Callable[[Any], Any]) -> Any | None:
-        def kernel_of(name: str, make: Callable[[int], Any]) -> Any:
-            if name not in kernels:
-                func = in_root_block(make(lanes)).with_attr("global_symbol", name)
-                kernels[name] = builder.add_func(func, name)
-            counts[name] = counts.get(name, 0) + 1
-            return kernels[name]
+    def rewriter(ops: dict[str, SymbolicOp]) -> Callable[[Any, Any, Callable[[Any], Any]], Any | None]:
+        def rewrite(builder: Any, call: Any, lookup: Callable[[Any], Any]) -> Any | None:
+            def kernel_of(name: str, make: Callable[[int], Any]) -> Any:
+                if name not in kernels:
+                    func = in_root_block(make(lanes)).with_attr("global_symbol", name)
+                    kernels[name] = builder.add_func(func, name)
+                counts[name] = counts.get(name, 0) + 1
+                return kernels[name]
 
-        op = SYMBOLIC_OPS.get(getattr(call.op, "name", ""))
-        return op.emit(builder, kernel_of, call, lookup) if op is not None and op.matches(call) else None
+            op = ops.get(getattr(call.op, "name", ""))
+            return op.emit(builder, kernel_of, call, lookup) if op is not None and op.matches(call) else None
+        return rewrite
 
-    return rewrite_calls(mod, rewrite), counts
+    # the patterns first (their inner calls still as imported), what they leave unused dropped
+    mod = relax.transform.DeadCodeElimination()(rewrite_calls(mod, rewriter(SYMBOLIC_PATTERNS)))
+    return rewrite_calls(mod, rewriter(SYMBOLIC_OPS)), counts
