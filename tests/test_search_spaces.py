@@ -291,8 +291,9 @@ def test_a_derived_few_row_kernel_takes_four_panels_per_job_while_two_jobs_are_l
 
 
 def test_a_dense_narrower_than_its_register_tile_takes_its_weight_padded_to_the_tile() -> None:
-    """52 outputs on one 56-column panel: W arrives as [1, K, 56], zeros past column 52."""
-    task = _task("dense", "batch=4,in_features=32,out_features=52")
+    """52 outputs on one 56-column panel (7 vectors of an AVX2 target): W arrives as [1, K, 56], zeros past
+    column 52."""
+    task = make_task("dense", "batch=4,in_features=32,out_features=52", target=AVX2)
     template = _template(task)
     cfg = _config(template.define_space(task), tile_j=(1, 1, 56))
     [relayout] = template.relayouts(task, cfg)
