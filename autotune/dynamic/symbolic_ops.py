@@ -191,6 +191,9 @@ def softmax_func(lanes: int = LANES, biased: bool = False, safe: bool = False) -
     stored. `safe`: a row all -inf (every position masked) gives zeros, as PyTorch's `_safe_softmax` (else NaN)."""
     from tvm.script import tirx as T
 
+    def value(X, B, r, j, m):  # element j of row r: of X + B where biased
+        return X[r, j] + B[r % m, j] if biased else X[r, j]
+
     @T.macro
     def body(X, B, Y, rows, n, m):
         whole: T.let = n // T.int64(lanes)
@@ -201,18 +204,12 @@ def softmax_func(lanes: int = LANES, biased: bool = False, safe: bool = False) -
                 vec[v] = T.float32("-inf")
             for j in range(whole):
                 for v in T.vectorized(lanes):
-                    if biased:
-                        vec[v] = T.max(vec[v], X[r, j * T.int64(lanes) + v] + B[r % m, j * T.int64(lanes) + v])
-                    else:
-                        vec[v] = T.max(vec[v], X[r, j * T.int64(lanes) + v])
+                    vec[v] = T.max(vec[v], value(X, B, r, j * T.int64(lanes) + v, m))
             one[0] = T.float32("-inf")
             for v in range(lanes):
                 one[0] = T.max(one[0], vec[v])
             for j in range(n - whole * T.int64(lanes)):
-                if biased:
-                    one[0] = T.max(one[0], X[r, whole * T.int64(lanes) + j] + B[r % m, whole * T.int64(lanes) + j])
-                else:
-                    one[0] = T.max(one[0], X[r, whole * T.int64(lanes) + j])
+                one[0] = T.max(one[0], value(X, B, r, whole * T.int64(lanes) + j, m))
             if safe and one[0] == T.float32("-inf"):
                 for j in range(n):
                     Y[r, j] = T.float32(0)
@@ -221,21 +218,13 @@ def softmax_func(lanes: int = LANES, biased: bool = False, safe: bool = False) -
                     vec[v] = T.float32(0)
                 for j in range(whole):
                     for v in T.vectorized(lanes):
-                        if biased:
-                            Y[r, j * T.int64(lanes) + v] = fast_exp(
-                                X[r, j * T.int64(lanes) + v] + B[r % m, j * T.int64(lanes) + v] - one[0])
-                        else:
-                            Y[r, j * T.int64(lanes) + v] = fast_exp(X[r, j * T.int64(lanes) + v] - one[0])
+                        Y[r, j * T.int64(lanes) + v] = fast_exp(value(X, B, r, j * T.int64(lanes) + v, m) - one[0])
                         vec[v] = vec[v] + Y[r, j * T.int64(lanes) + v]
                 one[1] = T.float32(0)
                 for v in range(lanes):
                     one[1] = one[1] + vec[v]
                 for j in range(n - whole * T.int64(lanes)):
-                    if biased:
-                        Y[r, whole * T.int64(lanes) + j] = fast_exp(
-                            X[r, whole * T.int64(lanes) + j] + B[r % m, whole * T.int64(lanes) + j] - one[0])
-                    else:
-                        Y[r, whole * T.int64(lanes) + j] = fast_exp(X[r, whole * T.int64(lanes) + j] - one[0])
+                    Y[r, whole * T.int64(lanes) + j] = fast_exp(value(X, B, r, whole * T.int64(lanes) + j, m) - one[0])
                     one[1] = one[1] + Y[r, whole * T.int64(lanes) + j]
                 one[1] = T.float32(1) / one[1]
                 for j in range(whole):
